@@ -1,0 +1,45 @@
+"""Counter-based random numbers computed by integer hashing on the device.
+
+Why not ``torch.rand``: a device RNG's stream differs between CPU, CUDA and XLA, passing
+``generator=`` makes XLA random ops fall back to the CPU, and its state is awkward to
+checkpoint. A hash of ``(seed, counter, row)`` needs no hidden state: the same seed and
+counter give the same uniforms on every backend, and resuming only needs the counter.
+
+All arithmetic is kept within 31 bits (every product is masked back to 31 bits, every
+shift is applied to a non-negative value), so the result is identical whether the
+integers are int64, or demoted to int32 by a compiler (as Neuron does), where products
+wrap: the low 31 bits of a product do not depend on the width.
+"""
+
+import torch
+
+_MASK31 = 0x7FFFFFFF
+_M1 = 0x2C1B3C6D
+_M2 = 0x297A2D39
+_GOLDEN = 0x1E3779B9
+
+
+def _mix31(x: torch.Tensor) -> torch.Tensor:
+    """A multiply-xorshift avalanche on 31-bit non-negative integers."""
+    x = x & _MASK31
+    x = x ^ (x >> 16)
+    x = (x * _M1) & _MASK31
+    x = x ^ (x >> 15)
+    x = (x * _M2) & _MASK31
+    x = x ^ (x >> 16)
+    return x
+
+
+def uniform_from_counter(seed: torch.Tensor, counter: torch.Tensor, n: int) -> torch.Tensor:
+    """``n`` float32 uniforms in the open interval (0, 1) for draw number ``counter``.
+
+    ``seed`` and ``counter`` are int64 scalar tensors on the device; ``n`` is static.
+    Values are multiples of 2**-24 offset by half a step, so neither 0 nor 1 occurs
+    (safe for ``log(-log(u))``).
+    """
+    device = counter.device
+    key = _mix31(_mix31(seed.to(torch.int64) + _GOLDEN) ^ (counter.to(torch.int64) & _MASK31))
+    rows = torch.arange(n, device=device, dtype=torch.int64)
+    h = _mix31(_mix31(key ^ _mix31(rows + _GOLDEN)) + rows)
+    top24 = (h >> 7).to(torch.float32)  # 31 - 7 = 24 bits, exact in float32
+    return (top24 + 0.5) * (1.0 / 16777216.0)

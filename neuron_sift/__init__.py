@@ -1,0 +1,45 @@
+"""neuron_sift: loss-based data sifting (Selective Backprop) for PyTorch and torch-xla.
+
+A drop-in, open replacement of SageMaker's ``smart_sifting``: replace the package name
+and the same script runs. The public API is re-exported here; the smart_sifting module
+paths (``neuron_sift.sift_config.sift_configs`` etc.) hold the same objects.
+"""
+
+from neuron_sift.data_model.data_model_interface import SiftingBatch, SiftingBatchTransform
+from neuron_sift.data_model.default_batch import DefaultBatchTransform
+from neuron_sift.data_model.list_batch import ListBatch
+from neuron_sift.data_model.tensor_batch import TensorBatch
+from neuron_sift.dataloader.sift_dataloader import SiftingCounts, SiftingDataloader
+from neuron_sift.exceptions import (
+    LossImplementationNotProvidedException,
+    LossOutputException,
+    SiftConfigValidationException,
+    UnsupportedDataFormatException,
+)
+from neuron_sift.loss.abstract_sift_loss_module import Loss
+from neuron_sift.sift_config.sift_configs import (
+    LossConfig,
+    RelativeProbabilisticSiftConfig,
+    SiftingBaseConfig,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DefaultBatchTransform",
+    "ListBatch",
+    "Loss",
+    "LossConfig",
+    "LossImplementationNotProvidedException",
+    "LossOutputException",
+    "RelativeProbabilisticSiftConfig",
+    "SiftConfigValidationException",
+    "SiftingBaseConfig",
+    "SiftingBatch",
+    "SiftingBatchTransform",
+    "SiftingCounts",
+    "SiftingDataloader",
+    "TensorBatch",
+    "UnsupportedDataFormatException",
+    "__version__",
+]

@@ -1,0 +1,1 @@
+"""Batch data model: the ``SiftingBatch`` interface and its implementations."""

@@ -1,0 +1,371 @@
+"""Default handling of tensor, list, tuple and dict batches (nested too), no transform needed.
+
+A batch is parsed once into a tree: containers (dicts, lists/tuples of fields) and
+leaves that hold samples along one axis (tensors, NumPy arrays, or lists whose elements
+are the samples). Selection and accumulation work leaf by leaf, and the tree rebuilds the
+user's own types (including ``namedtuple`` and ``Mapping`` subclasses such as
+Hugging Face's ``BatchEncoding``).
+
+Which axis of a list or tensor holds the samples is decided on the first batch and then
+reused, so a short last batch cannot flip it:
+- a ``dict`` holds fields; each field holds samples along its dimension 0;
+- a ``list``/``tuple`` either holds fields (what ``default_collate`` makes of tuple
+  datasets: "dimension 1" is the sample) or samples ("dimension 0"). When the source
+  loader's batch size is known, the dimension whose size equals it wins; if both or
+  neither do, ``UnsupportedDataFormatException`` says so and ``batch_format_index``
+  (0 = indexed by sample, 1 = indexed by feature) settles it;
+- a tensor holds samples along dimension 0 unless ``batch_format_index=1``.
+"""
+
+from collections.abc import Mapping
+from typing import Any, List, Optional, Sequence, Tuple
+
+import torch
+
+from neuron_sift.data_model.data_model_interface import SiftingBatch, SiftingBatchTransform
+from neuron_sift.exceptions import UnsupportedDataFormatException
+
+try:  # NumPy is optional: its arrays are handled when present.
+    import numpy as _np
+except ImportError:  # pragma: no cover - numpy ships with every supported torch
+    _np = None
+
+SAMPLE_MAJOR = 0
+FEATURE_MAJOR = 1
+
+
+def _is_array(x: Any) -> bool:
+    return _np is not None and isinstance(x, _np.ndarray)
+
+
+def _leading_size(x: Any) -> Optional[int]:
+    """Size of the first dimension of something indexable by sample, else None."""
+    if isinstance(x, torch.Tensor) or _is_array(x):
+        return int(x.shape[0]) if x.ndim >= 1 else None
+    if isinstance(x, (list, tuple)):
+        return len(x)
+    if isinstance(x, Mapping):
+        sizes = {_leading_size(v) for v in x.values()}
+        return sizes.pop() if len(sizes) == 1 else None
+    return None
+
+
+def _array_row_counts(x: Any) -> List[int]:
+    """Dimension-0 sizes of every tensor/array nested anywhere in ``x``."""
+    if isinstance(x, torch.Tensor) or _is_array(x):
+        return [int(x.shape[0])] if x.ndim >= 1 else []
+    if isinstance(x, Mapping):
+        x = list(x.values())
+    if isinstance(x, (list, tuple)):
+        out: List[int] = []
+        for e in x:
+            out.extend(_array_row_counts(e))
+        return out
+    return []
+
+
+def _dim1_size(batch: Any) -> Optional[int]:
+    """The common leading size of the elements of a list/tuple, or dimension 1 of a tensor."""
+    if isinstance(batch, torch.Tensor) or _is_array(batch):
+        return int(batch.shape[1]) if batch.ndim >= 2 else None
+    if len(batch) == 0:
+        return None
+    sizes = {_leading_size(e) for e in batch}
+    if len(sizes) != 1:
+        return None
+    return sizes.pop()
+
+
+def _rebuild_sequence(template: Any, items: List[Any]) -> Any:
+    if isinstance(template, tuple) and hasattr(template, "_fields"):  # namedtuple
+        return type(template)(*items)
+    if isinstance(template, tuple):
+        return tuple(items) if type(template) is tuple else type(template)(items)
+    return items if type(template) is list else type(template)(items)
+
+
+def _rebuild_mapping(template: Mapping, items: dict) -> Any:
+    if type(template) is dict:
+        return items
+    try:
+        return type(template)(items)
+    except Exception as exc:  # a Mapping type we cannot rebuild: say so, do not change its type silently
+        raise UnsupportedDataFormatException(
+            f"cannot rebuild a batch of type {type(template)} from a dict; pass batch_transforms"
+        ) from exc
+
+
+class _Leaf:
+    """One sample-holding value: a tensor/array (samples along ``axis``) or a list of samples."""
+
+    __slots__ = ("value", "axis")
+
+    def __init__(self, value: Any, axis: int = 0):
+        self.value = value
+        self.axis = axis
+
+    def size(self) -> int:
+        if isinstance(self.value, (list, tuple)):
+            return len(self.value)
+        return int(self.value.shape[self.axis])
+
+    def select(self, indices: Sequence[int]) -> "_Leaf":
+        v = self.value
+        if isinstance(v, torch.Tensor):
+            idx = indices if isinstance(indices, torch.Tensor) else torch.as_tensor(list(indices), dtype=torch.long)
+            return _Leaf(v.index_select(self.axis, idx.to(v.device)), self.axis)
+        if _is_array(v):
+            return _Leaf(_np.take(v, list(indices), axis=self.axis), self.axis)
+        return _Leaf(_rebuild_sequence(v, [v[i] for i in indices]), self.axis)
+
+    @staticmethod
+    def concat(parts: Sequence["_Leaf"], path: str) -> "_Leaf":
+        first = parts[0]
+        v = first.value
+        if isinstance(v, torch.Tensor) or _is_array(v):
+            ref = list(v.shape)
+            for p in parts[1:]:
+                other = list(p.value.shape)
+                del other[first.axis]
+                want = ref[: first.axis] + ref[first.axis + 1 :]
+                if other != want:
+                    raise UnsupportedDataFormatException(
+                        f"cannot accumulate samples of field {path or '<batch>'}: per-sample shape {tuple(other)} "
+                        f"differs from {tuple(want)} in an earlier batch; pad every batch to the same shape "
+                        "or pass batch_transforms"
+                    )
+            if isinstance(v, torch.Tensor):
+                return _Leaf(torch.cat([p.value for p in parts], dim=first.axis), first.axis)
+            return _Leaf(_np.concatenate([p.value for p in parts], axis=first.axis), first.axis)
+        items: List[Any] = []
+        for p in parts:
+            items.extend(p.value)
+        return _Leaf(_rebuild_sequence(v, items), first.axis)
+
+
+class DefaultSiftingBatch(SiftingBatch):
+    """A parsed user batch: a tree of containers over sample-holding leaves."""
+
+    def __init__(self, spec: Any, leaves: List[_Leaf], size: int):
+        self._spec = spec
+        self._leaves = leaves
+        self._size = size
+
+    def __len__(self) -> int:
+        return self._size
+
+    def select(self, indices: Sequence[int]) -> "DefaultSiftingBatch":
+        if not isinstance(indices, torch.Tensor):
+            indices = list(indices)
+        n = len(indices)
+        return DefaultSiftingBatch(self._spec, [leaf.select(indices) for leaf in self._leaves], n)
+
+    def concat(self, others: Sequence["DefaultSiftingBatch"]) -> "DefaultSiftingBatch":
+        parts = [self] + list(others)
+        for o in parts[1:]:
+            if not isinstance(o, DefaultSiftingBatch) or len(o._leaves) != len(self._leaves):
+                raise UnsupportedDataFormatException(
+                    "cannot accumulate batches of different structure; every source batch must have the same fields"
+                )
+        paths = _leaf_paths(self._spec)
+        leaves = [
+            _Leaf.concat([p._leaves[i] for p in parts], paths[i]) for i in range(len(self._leaves))
+        ]
+        return DefaultSiftingBatch(self._spec, leaves, sum(len(p) for p in parts))
+
+    def to_user(self) -> Any:
+        return _build(self._spec, self._leaves)
+
+
+# A spec is ("leaf", i) | ("map", template, keys, [child specs]) | ("seq", template, [child specs])
+
+
+def _build(spec: Any, leaves: List[_Leaf]) -> Any:
+    kind = spec[0]
+    if kind == "leaf":
+        return leaves[spec[1]].value
+    if kind == "map":
+        _, template, keys, children = spec
+        return _rebuild_mapping(template, {k: _build(c, leaves) for k, c in zip(keys, children)})
+    _, template, children = spec
+    return _rebuild_sequence(template, [_build(c, leaves) for c in children])
+
+
+def _leaf_paths(spec: Any, prefix: str = "") -> List[str]:
+    kind = spec[0]
+    if kind == "leaf":
+        return [prefix]
+    if kind == "map":
+        out: List[str] = []
+        for k, c in zip(spec[2], spec[3]):
+            out.extend(_leaf_paths(c, f"{prefix}[{k!r}]"))
+        return out
+    out = []
+    for i, c in enumerate(spec[2]):
+        out.extend(_leaf_paths(c, f"{prefix}[{i}]"))
+    return out
+
+
+class DefaultBatchTransform(SiftingBatchTransform):
+    """Parses tensors, lists, tuples and dicts (nested) without user code.
+
+    ``nominal_batch_size``: the source loader's batch size when known (used to tell which
+    dimension of a list holds the samples). ``batch_format_index``: 0 (indexed by sample)
+    or 1 (indexed by feature) to settle an ambiguous format; None to detect.
+    """
+
+    def __init__(self, nominal_batch_size: Optional[int] = None, batch_format_index: Optional[int] = None):
+        if batch_format_index is not None and (
+            isinstance(batch_format_index, bool) or batch_format_index not in (SAMPLE_MAJOR, FEATURE_MAJOR)
+        ):
+            raise UnsupportedDataFormatException(
+                f"batch_format_index must be 0 (batch indexed by sample), 1 (indexed by feature) or None, "
+                f"got {batch_format_index!r}"
+            )
+        self.nominal_batch_size = nominal_batch_size
+        self.batch_format_index = batch_format_index
+        self._top_format: Optional[int] = batch_format_index
+
+    # -- parsing -----------------------------------------------------------------------
+
+    def transform(self, batch: Any) -> DefaultSiftingBatch:
+        leaves: List[_Leaf] = []
+        if isinstance(batch, Mapping):
+            n = self._mapping_size(batch)
+            spec = self._parse_inner(batch, n, leaves, "")
+            return DefaultSiftingBatch(spec, leaves, n)
+        if isinstance(batch, torch.Tensor) or _is_array(batch):
+            if batch.ndim == 0:
+                raise UnsupportedDataFormatException(
+                    f"Unable to index the batch of type {type(batch)}: it is a 0-dimensional value"
+                )
+        elif not isinstance(batch, (list, tuple)):
+            raise UnsupportedDataFormatException(
+                f"Batches of type {type(batch)} are not supported by default. "
+                "Pass batch_transforms=<your SiftingBatchTransform> to SiftingDataloader."
+            )
+        fmt = self._decide_top_format(batch)
+        if isinstance(batch, torch.Tensor) or _is_array(batch):
+            if fmt == FEATURE_MAJOR and batch.ndim < 2:
+                raise UnsupportedDataFormatException(
+                    f"batch_format_index=1 needs a tensor with at least 2 dimensions, got shape {tuple(batch.shape)}"
+                )
+            leaf = _Leaf(batch, axis=fmt)
+            leaves.append(leaf)
+            return DefaultSiftingBatch(("leaf", 0), leaves, leaf.size())
+        if fmt == SAMPLE_MAJOR:
+            leaves.append(_Leaf(batch))
+            return DefaultSiftingBatch(("leaf", 0), leaves, len(batch))
+        n = _dim1_size(batch)
+        if n is None:
+            raise UnsupportedDataFormatException(
+                f"Unable to index the batch of type {type(batch)} by feature: its elements do not share one "
+                "sample count (sizes "
+                f"{[_leading_size(e) for e in batch]})"
+            )
+        children = [self._parse_inner(e, n, leaves, f"[{i}]") for i, e in enumerate(batch)]
+        return DefaultSiftingBatch(("seq", batch, children), leaves, n)
+
+    def _mapping_size(self, batch: Mapping) -> int:
+        if len(batch) == 0:
+            raise UnsupportedDataFormatException(f"Unable to index the batch of type {type(batch)}: it has no fields")
+        arrays = set(_array_row_counts(batch))
+        if len(arrays) == 1:  # tensors anywhere inside agree: that is the sample count
+            return arrays.pop()
+        sizes = {}
+        for k, v in batch.items():
+            s = _leading_size(v)
+            if s is None:
+                raise UnsupportedDataFormatException(
+                    f"Unable to index the batch of type {type(batch)}: field {k!r} of type {type(v)} "
+                    "has no sample dimension"
+                )
+            sizes[k] = s
+        if len(set(sizes.values())) != 1:
+            raise UnsupportedDataFormatException(
+                f"Unable to index the batch of type {type(batch)}: its fields hold different numbers of samples {sizes}"
+            )
+        return next(iter(sizes.values()))
+
+    def _decide_top_format(self, batch: Any) -> int:
+        if self._top_format is not None:
+            return self._top_format
+        d0 = int(batch.shape[0]) if not isinstance(batch, (list, tuple)) else len(batch)
+        d1 = _dim1_size(batch)
+        is_tensor = not isinstance(batch, (list, tuple))
+        b = self.nominal_batch_size
+        fmt: Optional[int] = None
+        if b is not None:
+            m0, m1 = d0 == b, d1 == b
+            if m0 and m1:
+                raise UnsupportedDataFormatException(
+                    "Both dimension 0 and dimension 1 match batch size "
+                    f"({b}); pass batch_format_index=0 (indexed by sample) or 1 (indexed by feature) "
+                    "to SiftingDataloader"
+                )
+            if m0:
+                fmt = SAMPLE_MAJOR
+            elif m1:
+                fmt = FEATURE_MAJOR
+        if fmt is None:
+            # Batch size unknown, or this first batch is short (dataset smaller than one batch).
+            if is_tensor:
+                fmt = SAMPLE_MAJOR
+            elif d1 is not None and d1 == d0:
+                raise UnsupportedDataFormatException(
+                    "Both dimension 0 and dimension 1 match batch size "
+                    f"({d0}); pass batch_format_index=0 (indexed by sample) or 1 (indexed by feature) "
+                    "to SiftingDataloader"
+                )
+            else:
+                fmt = FEATURE_MAJOR if d1 is not None else SAMPLE_MAJOR
+            size = d0 if fmt == SAMPLE_MAJOR else d1
+            if b is not None and size >= b:
+                raise UnsupportedDataFormatException(
+                    f"Batch size {b} does not match dimension 0 or dimension 1 sizes "
+                    f"(dimension 0: {d0}, dimension 1: {d1}); pass batch_transforms"
+                )
+        self._top_format = fmt
+        return fmt
+
+    def _parse_inner(self, value: Any, n: int, leaves: List[_Leaf], path: str) -> Any:
+        if isinstance(value, Mapping):
+            keys = list(value.keys())
+            children = [self._parse_inner(value[k], n, leaves, f"{path}[{k!r}]") for k in keys]
+            return ("map", value, keys, children)
+        if isinstance(value, torch.Tensor) or _is_array(value):
+            if value.ndim == 0 or value.shape[0] != n:
+                shape = tuple(value.shape)
+                raise UnsupportedDataFormatException(
+                    f"Batch size {n} does not match dimension 0 of field {path or '<batch>'} with shape {shape}"
+                )
+            leaves.append(_Leaf(value))
+            return ("leaf", len(leaves) - 1)
+        if isinstance(value, (list, tuple)):
+            d1 = _dim1_size(value)
+            as_samples = len(value) == n
+            as_fields = d1 == n and len(value) > 0
+            if as_samples and as_fields:
+                raise UnsupportedDataFormatException(
+                    f"Both dimension 0 and dimension 1 match batch size ({n}) in field {path}; "
+                    "pass batch_transforms to say how it is indexed"
+                )
+            if as_samples:
+                leaves.append(_Leaf(value))
+                return ("leaf", len(leaves) - 1)
+            if as_fields:
+                children = [self._parse_inner(e, n, leaves, f"{path}[{i}]") for i, e in enumerate(value)]
+                return ("seq", value, children)
+            raise UnsupportedDataFormatException(
+                f"Batch size {n} does not match dimension 0 or dimension 1 sizes of field {path} "
+                f"(dimension 0: {len(value)}, dimension 1: {d1})"
+            )
+        raise UnsupportedDataFormatException(
+            f"Unable to index the batch of type {type(value)} at field {path or '<batch>'}: "
+            "it has no sample dimension; pass batch_transforms"
+        )
+
+    # -- back to the user's format --------------------------------------------------------
+
+    def reverse_transform(self, sifting_batch: DefaultSiftingBatch) -> Any:
+        return sifting_batch.to_user()

@@ -1,0 +1,51 @@
+"""``ListBatch``: samples as Python lists (elements may be anything: tensors, strings, tuples)."""
+
+from typing import Any, List, Optional, Sequence
+
+from neuron_sift.data_model.data_model_interface import SiftingBatch
+from neuron_sift.exceptions import UnsupportedDataFormatException
+
+
+class ListBatch(SiftingBatch):
+    """``inputs[i]`` and ``labels[i]`` belong to sample i; ``labels`` may be None."""
+
+    def __init__(self, inputs: List[Any], labels: Optional[List[Any]] = None):
+        if not isinstance(inputs, (list, tuple)):
+            raise UnsupportedDataFormatException(
+                f"ListBatch.inputs must be a list with one element per sample, got {type(inputs).__name__}"
+            )
+        if labels is not None:
+            if not isinstance(labels, (list, tuple)):
+                raise UnsupportedDataFormatException(
+                    f"ListBatch.labels must be a list or None, got {type(labels).__name__}"
+                )
+            if len(labels) != len(inputs):
+                raise UnsupportedDataFormatException(
+                    f"ListBatch has {len(inputs)} inputs but {len(labels)} labels"
+                )
+        self.inputs = list(inputs)
+        self.labels = None if labels is None else list(labels)
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def select(self, indices: Sequence[int]) -> "ListBatch":
+        idx = list(indices)
+        labels = None if self.labels is None else [self.labels[i] for i in idx]
+        return ListBatch([self.inputs[i] for i in idx], labels)
+
+    def concat(self, others: Sequence["ListBatch"]) -> "ListBatch":
+        inputs = list(self.inputs)
+        labels = None if self.labels is None else list(self.labels)
+        for other in others:
+            if not isinstance(other, ListBatch):
+                raise UnsupportedDataFormatException(f"cannot concatenate ListBatch with {type(other).__name__}")
+            if (labels is None) != (other.labels is None):
+                raise UnsupportedDataFormatException("cannot concatenate ListBatches with and without labels")
+            inputs.extend(other.inputs)
+            if labels is not None:
+                labels.extend(other.labels)
+        return ListBatch(inputs, labels)
+
+    def __repr__(self) -> str:
+        return f"ListBatch(n={len(self)}, labels={'yes' if self.labels is not None else 'no'})"

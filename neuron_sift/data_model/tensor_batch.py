@@ -1,0 +1,62 @@
+"""``TensorBatch``: samples along dimension 0 of ``inputs`` (and ``labels``)."""
+
+from typing import Optional, Sequence
+
+import torch
+
+from neuron_sift.data_model.data_model_interface import SiftingBatch
+from neuron_sift.exceptions import UnsupportedDataFormatException
+
+
+def _index_tensor(indices, device: torch.device) -> torch.Tensor:
+    if isinstance(indices, torch.Tensor):
+        return indices.to(device=device, dtype=torch.long)
+    return torch.as_tensor(list(indices), dtype=torch.long, device=device)
+
+
+class TensorBatch(SiftingBatch):
+    """``inputs`` and ``labels`` are tensors whose first dimension is the sample."""
+
+    def __init__(self, inputs: torch.Tensor, labels: Optional[torch.Tensor] = None):
+        if not isinstance(inputs, torch.Tensor) or inputs.dim() == 0:
+            raise UnsupportedDataFormatException(
+                f"TensorBatch.inputs must be a tensor with a sample dimension 0, got {type(inputs).__name__}"
+            )
+        if labels is not None:
+            if not isinstance(labels, torch.Tensor) or labels.dim() == 0:
+                raise UnsupportedDataFormatException(
+                    f"TensorBatch.labels must be a tensor with a sample dimension 0 or None, got {type(labels).__name__}"
+                )
+            if labels.shape[0] != inputs.shape[0]:
+                raise UnsupportedDataFormatException(
+                    f"TensorBatch has {inputs.shape[0]} inputs but {labels.shape[0]} labels"
+                )
+        self.inputs = inputs
+        self.labels = labels
+
+    def __len__(self) -> int:
+        return int(self.inputs.shape[0])
+
+    def select(self, indices: Sequence[int]) -> "TensorBatch":
+        idx = _index_tensor(indices, self.inputs.device)
+        labels = None if self.labels is None else self.labels.index_select(0, idx.to(self.labels.device))
+        return TensorBatch(self.inputs.index_select(0, idx), labels)
+
+    def concat(self, others: Sequence["TensorBatch"]) -> "TensorBatch":
+        parts = [self] + list(others)
+        for other in parts[1:]:
+            if not isinstance(other, TensorBatch):
+                raise UnsupportedDataFormatException(f"cannot concatenate TensorBatch with {type(other).__name__}")
+            if (self.labels is None) != (other.labels is None):
+                raise UnsupportedDataFormatException("cannot concatenate TensorBatches with and without labels")
+            if other.inputs.shape[1:] != self.inputs.shape[1:]:
+                raise UnsupportedDataFormatException(
+                    f"cannot accumulate samples of shape {tuple(other.inputs.shape[1:])} with samples of shape "
+                    f"{tuple(self.inputs.shape[1:])}; pad batches to a fixed shape"
+                )
+        inputs = torch.cat([p.inputs for p in parts])
+        labels = None if self.labels is None else torch.cat([p.labels for p in parts])
+        return TensorBatch(inputs, labels)
+
+    def __repr__(self) -> str:
+        return f"TensorBatch(inputs={tuple(self.inputs.shape)}, labels={None if self.labels is None else tuple(self.labels.shape)})"

@@ -1,0 +1,1 @@
+"""Home of ``SiftingDataloader`` (``smart_sifting.dataloader`` path)."""

@@ -1,0 +1,365 @@
+"""``SiftingDataloader``: wraps a DataLoader and yields full batches of kept samples.
+
+Per source batch: transform to a ``SiftingBatch``, score every sample with the user's
+loss in an eval-mode, no-grad forward pass, select (``neuron_sift.engine``), and
+accumulate the kept samples; every time ``batch_size`` kept samples are waiting, one batch
+is emitted in the user's own format. The training loop does not change.
+
+Counting rules (see README): ``sift_delay`` counts source batches from the start of
+training, which during the delay are passed through unchanged and so are training steps
+too. Kept samples not yet emitted at the end of an epoch are carried into the next epoch
+and emitted first; nothing is dropped or repeated.
+"""
+
+import contextlib
+import logging
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterator, Optional
+
+import torch
+
+from neuron_sift.backends import resolve_backend
+from neuron_sift.data_model.data_model_interface import SiftingBatch
+from neuron_sift.data_model.default_batch import DefaultBatchTransform
+from neuron_sift.dataloader.accumulator import BatchAccumulator
+from neuron_sift.engine.sifter import Sifter
+from neuron_sift.exceptions import LossOutputException, UnsupportedDataFormatException
+from neuron_sift.loss.abstract_sift_loss_module import resolve_loss_fn
+from neuron_sift.sift_config.sift_configs import coerce_sift_config
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class SiftingCounts:
+    """Host-side accounting. Invariants: seen == kept + sifted; kept == emitted + pending."""
+
+    num_orig_samples_seen: int = 0
+    num_orig_samples_kept: int = 0
+    num_orig_samples_sifted: int = 0
+    num_samples_emitted: int = 0
+    num_samples_pending: int = 0
+    num_batches_emitted: int = 0
+    num_source_batches: int = 0
+    num_source_batches_delayed: int = 0
+    num_nonfinite_losses: int = 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    for p in model.parameters():
+        return p.device
+    for b in model.buffers():
+        return b.device
+    return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def scoring_mode(model: torch.nn.Module):
+    """Eval mode and no gradients for the scoring pass; every module's mode is restored."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for m, training in modes:
+            m.training = training
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    if a.type != b.type:
+        return False
+    return a.index is None or b.index is None or a.index == b.index
+
+
+def check_losses(losses: Any, n: int, device: torch.device) -> torch.Tensor:
+    """One floating-point loss per sample on the model's device, as a ``[n]`` tensor."""
+    if not isinstance(losses, torch.Tensor):
+        raise LossOutputException(
+            f"loss_impl.loss must return a torch.Tensor with one loss per sample, got {type(losses).__name__}"
+        )
+    if losses.dim() == 2 and losses.shape[1] == 1:
+        losses = losses[:, 0]
+    if losses.dim() != 1 or losses.shape[0] != n:
+        raise LossOutputException(
+            f"loss_impl.loss must return one loss per sample: expected shape [{n}] (or [{n}, 1]), got "
+            f"{list(losses.shape)}; build the criterion with reduction='none' and reduce any per-token "
+            "losses to one value per sample"
+        )
+    if not losses.dtype.is_floating_point:
+        raise LossOutputException(f"loss_impl.loss must return a floating-point tensor, got dtype {losses.dtype}")
+    if not _same_device(losses.device, device):
+        raise LossOutputException(
+            f"loss_impl.loss returned losses on {losses.device} but the model is on {device}; "
+            "compute the loss on the model's device"
+        )
+    return losses.detach()
+
+
+class SiftingDataloader:
+    """Wraps ``orig_dataloader``; yields batches of ``batch_size`` high-loss samples.
+
+    Arguments as in smart_sifting: ``sift_config`` (a ``RelativeProbabilisticSiftConfig``
+    or dict), ``orig_dataloader``, ``batch_transforms`` (a ``SiftingBatchTransform``;
+    None handles tensors, lists, tuples and dicts), ``loss_impl`` (a ``Loss``), ``model``,
+    ``log_batch_data`` (log per-batch losses and kept indices; costly, for pilot runs),
+    ``batch_format_index`` (0: indexed by sample, 1: by feature; settles ambiguous lists).
+    ``backend`` (neuron_sift addition): ``"eager"``, ``"xla"`` or None to follow the model.
+    """
+
+    def __init__(
+        self,
+        sift_config: Any,
+        orig_dataloader: Any,
+        batch_transforms: Any = None,
+        loss_impl: Any = None,
+        model: Optional[torch.nn.Module] = None,
+        log_batch_data: bool = False,
+        batch_format_index: Optional[int] = None,
+        *,
+        backend: Optional[str] = None,
+    ):
+        self.sift_config = coerce_sift_config(sift_config)
+        if orig_dataloader is None or not hasattr(orig_dataloader, "__iter__"):
+            raise TypeError(f"orig_dataloader must be an iterable of batches, got {type(orig_dataloader).__name__}")
+        self.orig_dataloader = orig_dataloader
+        self.loss_impl = loss_impl
+        self._loss_fn = resolve_loss_fn(loss_impl)
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module (or LightningModule), got {type(model).__name__}")
+        self.model = model
+        if not isinstance(log_batch_data, bool):
+            raise TypeError(f"log_batch_data must be a bool, got {type(log_batch_data).__name__}")
+        self.log_batch_data = log_batch_data
+        nominal = getattr(orig_dataloader, "batch_size", None)
+        self._batch_size: Optional[int] = nominal if isinstance(nominal, int) and nominal > 0 else None
+        if batch_transforms is None:
+            self.batch_transforms = DefaultBatchTransform(self._batch_size, batch_format_index)
+        else:
+            for name in ("transform", "reverse_transform"):
+                if not callable(getattr(batch_transforms, name, None)):
+                    raise TypeError(
+                        f"batch_transforms must have callable transform(batch) and reverse_transform(sifting_batch); "
+                        f"{type(batch_transforms).__name__} has no {name}"
+                    )
+            self.batch_transforms = batch_transforms
+        self.batch_format_index = batch_format_index
+        self.backend = resolve_backend(model_device(model), backend)
+        self.sifter = Sifter(self.sift_config, self.backend)
+        self.counts = SiftingCounts()
+        self._accumulator = BatchAccumulator()
+        self._delay_progress = 0
+        self._epoch = 0
+        self._iteration_token = 0
+
+    # -- public properties -------------------------------------------------------------
+
+    @property
+    def batch_size(self) -> Optional[int]:
+        """Size of every emitted batch: the source loader's batch size (or its first batch's)."""
+        return self._batch_size
+
+    @property
+    def selection_mode(self) -> str:
+        return self.sift_config.selection_mode
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def __len__(self) -> int:
+        """Exact number of batches the next epoch emits (``fixed`` mode only).
+
+        In ``probabilistic`` mode the count depends on the draws: ``len()`` raises
+        ``TypeError`` (as smart_sifting's loader had no length) and
+        ``estimated_length()`` gives the expected value.
+        """
+        if self.selection_mode != "fixed":
+            raise TypeError(
+                "a probabilistic SiftingDataloader has no exact length; use estimated_length() "
+                "or selection_mode='fixed'"
+            )
+        return self._planned_batches(expected=False)
+
+    def estimated_length(self) -> int:
+        """Expected number of batches of the next epoch (exact in ``fixed`` mode)."""
+        return self._planned_batches(expected=self.selection_mode != "fixed")
+
+    # -- iteration ---------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Any]:
+        self._iteration_token += 1
+        return self._iterate(self._iteration_token)
+
+    def _iterate(self, token: int) -> Iterator[Any]:
+        self._epoch += 1
+        base = self.sift_config.base_config
+        if base.repeat_delay_per_epoch:
+            self._delay_progress = 0
+        for index, source in enumerate(self.orig_dataloader):
+            if token != self._iteration_token:
+                raise RuntimeError("SiftingDataloader: a new iteration was started; this iterator is no longer valid")
+            if self._delay_progress < base.sift_delay:
+                self._delay_progress += 1
+                n = self._count_delayed(source, index)
+                c = self.counts
+                c.num_source_batches += 1
+                c.num_source_batches_delayed += 1
+                c.num_orig_samples_seen += n
+                c.num_orig_samples_kept += n
+                c.num_samples_emitted += n
+                c.num_batches_emitted += 1
+                yield source
+                continue
+            yield from self._sift_source_batch(source, index)
+
+    def _count_delayed(self, source: Any, index: int) -> int:
+        try:
+            return len(self._timed("transform", self.batch_transforms.transform, source))
+        except Exception as exc:
+            exc.add_note(f"neuron_sift: while transforming source batch {index} of epoch {self._epoch} (sift_delay)")
+            raise
+
+    def _timed(self, name: str, fn: Callable, *args):
+        if not logger.isEnabledFor(logging.INFO):
+            return fn(*args)
+        start = time.perf_counter()
+        out = fn(*args)
+        logger.info("func:%s latency: %.6f", name, time.perf_counter() - start)
+        return out
+
+    def _sift_source_batch(self, source: Any, index: int) -> Iterator[Any]:
+        start = time.perf_counter()
+        where = f"source batch {index} of epoch {self._epoch}"
+        try:
+            transformed = self._timed("transform", self.batch_transforms.transform, source)
+        except Exception as exc:
+            exc.add_note(f"neuron_sift: while transforming {where}")
+            raise
+        if not isinstance(transformed, SiftingBatch):
+            raise UnsupportedDataFormatException(
+                f"batch_transforms.transform must return a SiftingBatch (e.g. ListBatch, TensorBatch), "
+                f"got {type(transformed).__name__}"
+            )
+        n = len(transformed)
+        c = self.counts
+        c.num_source_batches += 1
+        if n == 0:
+            return
+        if self._batch_size is None:
+            self._batch_size = n
+        try:
+            losses = self._timed("calculate_relevance_values", self._score, transformed, source)
+        except Exception as exc:
+            exc.add_note(f"neuron_sift: while scoring {where}")
+            raise
+        selection = self._timed("should_sift", self.sifter.select, losses, self._batch_size)
+        kept = self._timed("sift", transformed.select, selection.indices)
+        self._timed("accumulate", self._accumulator.add, kept)
+        n_kept = len(selection.indices)
+        n_nonfinite = int((~torch.isfinite(losses)).sum()) if self._needs_nonfinite_count(selection) else 0
+        c.num_orig_samples_seen += n
+        c.num_orig_samples_kept += n_kept
+        c.num_orig_samples_sifted += n - n_kept
+        c.num_samples_pending += n_kept
+        c.num_nonfinite_losses += n_nonfinite
+        if n_nonfinite:
+            logger.warning(
+                "%d non-finite loss value(s) in %s: kept for training (never recorded in the loss history)",
+                n_nonfinite,
+                where,
+            )
+        if self.log_batch_data:
+            logger.info("relevance_values: %s", losses.detach().float().cpu().tolist())
+            logger.info("relevance_values_kept: %s", losses.detach().float().cpu()[selection.indices].tolist())
+            logger.info("kept_indices: %s", selection.indices)
+        while True:
+            batch = self._accumulator.pop(self._batch_size)
+            if batch is None:
+                return
+            out = self._timed("reverse_transform", self.batch_transforms.reverse_transform, batch)
+            c.num_samples_emitted += len(batch)
+            c.num_samples_pending -= len(batch)
+            c.num_batches_emitted += 1
+            if logger.isEnabledFor(logging.INFO):
+                logger.info("num_orig_samples_seen: %d", c.num_orig_samples_seen)
+                logger.info("num_orig_samples_kept: %d", c.num_orig_samples_kept)
+                logger.info("Batch size for next sifted batch: %d", len(batch))
+                logger.info("sifted_batch_creation_latency: %.6f", time.perf_counter() - start)
+            yield out
+            start = time.perf_counter()
+
+    def _needs_nonfinite_count(self, selection) -> bool:
+        # Eager: cheap. XLA: counted on the device (SiftState.num_nonfinite), no extra read.
+        return not self.backend.gathers_on_device
+
+    def _score(self, transformed: SiftingBatch, source: Any) -> torch.Tensor:
+        with scoring_mode(self.model):
+            losses = self._loss_fn(self.model, transformed, source)
+        return check_losses(losses, len(transformed), self.backend.device)
+
+    # -- planning ------------------------------------------------------------------------
+
+    def _source_batch_sizes(self):
+        """Sizes of the source batches of one epoch, from the source loader's sampler."""
+        loader = self.orig_dataloader
+        try:
+            n_batches = len(loader)
+        except TypeError as exc:
+            raise TypeError("the source loader has no length, so the sifted length cannot be planned") from exc
+        b = self._batch_size
+        sampler = getattr(loader, "sampler", None)
+        if b is None or sampler is None or getattr(loader, "batch_sampler", None) is None:
+            raise TypeError("the length can be planned only for a torch DataLoader with a batch_size")
+        try:
+            n_samples = len(sampler)
+        except TypeError as exc:
+            raise TypeError("the source loader's sampler has no length, so the sifted length cannot be planned") from exc
+        if n_batches == 0:
+            return []
+        last = b if getattr(loader, "drop_last", False) else n_samples - (n_batches - 1) * b
+        return [b] * (n_batches - 1) + [last]
+
+    def _planned_batches(self, expected: bool) -> int:
+        sizes = self._source_batch_sizes()
+        b = self._batch_size
+        base = self.sift_config.base_config
+        delay_left = base.sift_delay - (0 if base.repeat_delay_per_epoch else self._delay_progress)
+        delay_left = max(delay_left, 0)
+        pending = float(len(self._accumulator))
+        share = 1.0 / (1.0 + self.sift_config.beta_value)
+        batches = 0
+        for n in sizes:
+            if delay_left > 0:
+                delay_left -= 1
+                batches += 1
+                continue
+            if expected:
+                pending += n * share
+                full = int(pending // b)
+            else:
+                self.sifter.fixed_keep_count(b)  # raises if a full batch would keep nothing
+                pending += self.sift_config.fixed_keep_count(n)
+                full = int(pending) // b
+            batches += full
+            pending -= full * b
+        return batches
+
+    # -- inspection ----------------------------------------------------------------------
+
+    def metrics(self) -> dict:
+        """Counts (host) plus the device counters and history fill (one host read)."""
+        out = self.counts.as_dict()
+        st = self.sifter.state
+        out["history_fill"] = int(self.backend.to_host(st.fill))
+        out["device_num_scored"] = int(self.backend.to_host(st.num_scored))
+        out["device_num_kept"] = int(self.backend.to_host(st.num_kept))
+        out["device_num_nonfinite"] = int(self.backend.to_host(st.num_nonfinite))
+        out["kept_share"] = (
+            out["num_orig_samples_kept"] / out["num_orig_samples_seen"] if out["num_orig_samples_seen"] else 0.0
+        )
+        return out

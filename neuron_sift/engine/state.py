@@ -1,0 +1,47 @@
+"""Sifting state: every tensor that decides future selections, on the model's device."""
+
+from dataclasses import dataclass, fields
+from typing import Dict
+
+import torch
+
+
+@dataclass
+class SiftState:
+    """Loss-history ring buffer, its write position and fill count, counters, random state.
+
+    ``history`` is ``[H]`` float32; the rest are int64 scalars. ``draws`` counts scored
+    source batches and is the counter of the hash RNG (see ``kernels/random.py``), so the
+    random state is just ``(seed, draws)``.
+    """
+
+    history: torch.Tensor
+    pos: torch.Tensor
+    fill: torch.Tensor
+    seed: torch.Tensor
+    draws: torch.Tensor
+    num_scored: torch.Tensor
+    num_kept: torch.Tensor
+    num_nonfinite: torch.Tensor
+
+    @classmethod
+    def create(cls, history_length: int, seed: int, device: torch.device) -> "SiftState":
+        def scalar(v: int) -> torch.Tensor:
+            return torch.tensor(v, dtype=torch.int64, device=device)
+
+        return cls(
+            history=torch.zeros(history_length, dtype=torch.float32, device=device),
+            pos=scalar(0),
+            fill=scalar(0),
+            seed=scalar(seed),
+            draws=scalar(0),
+            num_scored=scalar(0),
+            num_kept=scalar(0),
+            num_nonfinite=scalar(0),
+        )
+
+    def tensors(self) -> Dict[str, torch.Tensor]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def to(self, device: torch.device) -> "SiftState":
+        return SiftState(**{k: v.to(device) for k, v in self.tensors().items()})

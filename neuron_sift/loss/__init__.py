@@ -1,0 +1,1 @@
+"""Home of the ``Loss`` interface (``smart_sifting.loss`` path)."""

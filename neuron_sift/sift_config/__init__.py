@@ -1,0 +1,1 @@
+"""Home of the sifting configs (``smart_sifting.sift_config`` path)."""

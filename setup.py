@@ -1,0 +1,35 @@
+"""Packaging. ``kernels/`` is installed as ``neuron_sift.kernels`` (the top-level names
+``kernels`` and ``benchmarks`` are taken on the public index, so neither is installed)."""
+
+from setuptools import setup
+
+setup(
+    name="neuron-sift",
+    version="0.1.0",
+    description="Loss-based data sifting (Selective Backprop) for PyTorch and torch-xla / AWS Trainium; "
+    "a drop-in for SageMaker smart_sifting",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10,<3.13",
+    packages=[
+        "neuron_sift",
+        "neuron_sift.backends",
+        "neuron_sift.data_model",
+        "neuron_sift.dataloader",
+        "neuron_sift.engine",
+        "neuron_sift.integrations",
+        "neuron_sift.loss",
+        "neuron_sift.metrics",
+        "neuron_sift.sift_config",
+        "neuron_sift.kernels",
+    ],
+    package_dir={"neuron_sift.kernels": "kernels"},
+    install_requires=["torch>=2.1"],
+    extras_require={
+        # torch-xla's wheel is built against one torch release and declares no torch dependency.
+        "xla": ["torch==2.9.0", "torch-xla==2.9.0"],
+        "test": ["pytest>=7", "hypothesis>=6", "numpy>=1.24", "transformers>=4.40,<6"],
+        # Neuron (torch-neuronx, neuronx-cc) is published only on AWS's repository; see README.
+    },
+)
