@@ -1,0 +1,39 @@
+"""Small stand-ins for a user's model, data and loss, shared by the loader tests."""
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from neuron_sift import Loss
+
+
+class LossTableDataset(Dataset):
+    """Sample i is ``(i, loss_i)``: the loss a perfect oracle model would give it."""
+
+    def __init__(self, losses: torch.Tensor):
+        self.losses = losses
+
+    def __len__(self) -> int:
+        return len(self.losses)
+
+    def __getitem__(self, i):
+        return torch.tensor(i), self.losses[i]
+
+
+class OracleLoss(Loss):
+    """Returns the stored loss of each sample (no __init__ of Loss called, as users do)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def loss(self, model, transformed_batch, original_batch=None):
+        self.calls += 1
+        _ids, losses = original_batch
+        return losses.to(next(model.parameters()).device).float()
+
+
+def tiny_model() -> torch.nn.Module:
+    return torch.nn.Linear(1, 1)
+
+
+def loss_table_loader(losses: torch.Tensor, batch_size: int, shuffle: bool = False, generator=None) -> DataLoader:
+    return DataLoader(LossTableDataset(losses), batch_size=batch_size, shuffle=shuffle, generator=generator)
