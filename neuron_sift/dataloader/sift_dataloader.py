@@ -21,8 +21,9 @@ import torch
 
 from neuron_sift.backends import resolve_backend
 from neuron_sift.data_model.data_model_interface import SiftingBatch
-from neuron_sift.data_model.default_batch import DefaultBatchTransform
+from neuron_sift.data_model.default_batch import DefaultBatchTransform, DefaultSiftingBatch
 from neuron_sift.dataloader.accumulator import BatchAccumulator
+from neuron_sift.dataloader.device_staging import DeviceStaging, batch_to_device, has_host_leaves, pad_batch
 from neuron_sift.engine.sifter import Sifter
 from neuron_sift.exceptions import LossOutputException, UnsupportedDataFormatException
 from neuron_sift.loss.abstract_sift_loss_module import resolve_loss_fn
@@ -152,6 +153,7 @@ class SiftingDataloader:
         self.sifter = Sifter(self.sift_config, self.backend)
         self.counts = SiftingCounts()
         self._accumulator = BatchAccumulator()
+        self._staging: Optional[DeviceStaging] = None
         self._delay_progress = 0
         self._epoch = 0
         self._iteration_token = 0
@@ -252,36 +254,50 @@ class SiftingDataloader:
             return
         if self._batch_size is None:
             self._batch_size = n
+        b = self._batch_size
+        staged = self._uses_device_staging(transformed)
+        if staged:
+            # Tensor fields go to the device once (the user's own .to(device) is then a no-op);
+            # a short batch is padded so the scoring forward keeps its shape.
+            scored = pad_batch(batch_to_device(transformed, self.backend.device), b)
+            original = scored.to_user()
+        else:
+            scored, original = transformed, source
         try:
-            losses = self._timed("calculate_relevance_values", self._score, transformed, source)
+            losses = self._timed("calculate_relevance_values", self._score, scored, original)
         except Exception as exc:
             exc.add_note(f"neuron_sift: while scoring {where}")
             raise
-        selection = self._timed("should_sift", self.sifter.select, losses, self._batch_size)
-        kept = self._timed("sift", transformed.select, selection.indices)
-        self._timed("accumulate", self._accumulator.add, kept)
-        n_kept = len(selection.indices)
-        n_nonfinite = int((~torch.isfinite(losses)).sum()) if self._needs_nonfinite_count(selection) else 0
+        out = self._timed("should_sift", self.sifter.step, losses, n, b)
+        if staged:
+            n_kept, n_nonfinite, indices = self._timed("sift", self._stage, scored, out, n)
+        else:
+            indices, n_nonfinite = self._timed("sift", self.sifter.read_selection, out)
+            n_kept = len(indices)
+            self._timed("accumulate", self._accumulator.add, transformed.select(indices))
         c.num_orig_samples_seen += n
         c.num_orig_samples_kept += n_kept
         c.num_orig_samples_sifted += n - n_kept
         c.num_samples_pending += n_kept
-        c.num_nonfinite_losses += n_nonfinite
         if n_nonfinite:
+            c.num_nonfinite_losses += n_nonfinite
             logger.warning(
                 "%d non-finite loss value(s) in %s: kept for training (never recorded in the loss history)",
                 n_nonfinite,
                 where,
             )
-        if self.log_batch_data:
-            logger.info("relevance_values: %s", losses.detach().float().cpu().tolist())
-            logger.info("relevance_values_kept: %s", losses.detach().float().cpu()[selection.indices].tolist())
-            logger.info("kept_indices: %s", selection.indices)
+        if self.log_batch_data:  # costly: reads losses and the selection back to the host
+            values = self.backend.to_host(losses.float())[:n]
+            if indices is None:
+                indices, _ = self.sifter.read_selection(out)
+            logger.info("relevance_values: %s", values.tolist())
+            logger.info("relevance_values_kept: %s", values[indices].tolist())
+            logger.info("kept_indices: %s", indices)
         while True:
-            batch = self._accumulator.pop(self._batch_size)
+            batch = self._staging.pop() if staged else self._accumulator.pop(b)
             if batch is None:
                 return
-            out = self._timed("reverse_transform", self.batch_transforms.reverse_transform, batch)
+            out_batch = self._timed("reverse_transform", self.batch_transforms.reverse_transform, batch)
             c.num_samples_emitted += len(batch)
             c.num_samples_pending -= len(batch)
             c.num_batches_emitted += 1
@@ -290,12 +306,45 @@ class SiftingDataloader:
                 logger.info("num_orig_samples_kept: %d", c.num_orig_samples_kept)
                 logger.info("Batch size for next sifted batch: %d", len(batch))
                 logger.info("sifted_batch_creation_latency: %.6f", time.perf_counter() - start)
-            yield out
+            yield out_batch
             start = time.perf_counter()
 
-    def _needs_nonfinite_count(self, selection) -> bool:
-        # Eager: cheap. XLA: counted on the device (SiftState.num_nonfinite), no extra read.
-        return not self.backend.gathers_on_device
+    def _uses_device_staging(self, transformed: SiftingBatch) -> bool:
+        """Device staging: XLA backend with the default batch handling (see device_staging.py)."""
+        if not (self.backend.gathers_on_device and isinstance(transformed, DefaultSiftingBatch)):
+            return False
+        if self._staging is None:
+            self._staging = DeviceStaging(self._batch_size, self.backend)
+        return True
+
+    def _stage(self, scored: DefaultSiftingBatch, out, n: int):
+        """Stage kept rows on the device. Returns (kept, non-finite, host indices or None).
+
+        Reads: none in fixed mode (the kept count is known), one two-scalar read in
+        probabilistic mode; plus the kept indices when the batch has host (non-tensor) fields.
+        Under graph extraction nothing read back is trusted.
+        """
+        host_fields = has_host_leaves(scored)
+        extraction = getattr(self.backend, "extraction_only", False)
+        indices = None
+        n_nonfinite = 0
+        if self.selection_mode == "fixed":
+            n_kept = self.sifter.rows_taken(n, len(scored))
+            if host_fields:
+                indices, n_nonfinite = self.sifter.read_selection(out)
+        elif extraction:
+            n_kept = self.sift_config.fixed_keep_count(n)
+        elif host_fields:
+            indices, n_nonfinite = self.sifter.read_selection(out)
+            n_kept = len(indices)
+        else:
+            n_kept, n_nonfinite = self.sifter.read_counts(out)
+        if extraction:
+            indices = list(range(n_kept)) if host_fields else None
+            n_nonfinite = 0
+        self._timed("accumulate", self._staging.add, scored, out.order, n_kept, indices)
+        self.backend.after_step()
+        return n_kept, n_nonfinite, indices
 
     def _score(self, transformed: SiftingBatch, source: Any) -> torch.Tensor:
         with scoring_mode(self.model):
@@ -330,7 +379,7 @@ class SiftingDataloader:
         base = self.sift_config.base_config
         delay_left = base.sift_delay - (0 if base.repeat_delay_per_epoch else self._delay_progress)
         delay_left = max(delay_left, 0)
-        pending = float(len(self._accumulator))
+        pending = float(self.num_pending)
         share = 1.0 / (1.0 + self.sift_config.beta_value)
         batches = 0
         for n in sizes:
@@ -350,6 +399,20 @@ class SiftingDataloader:
         return batches
 
     # -- inspection ----------------------------------------------------------------------
+
+    @property
+    def num_pending(self) -> int:
+        """Kept samples waiting for a full batch (carried into the next epoch)."""
+        return len(self._accumulator) + (len(self._staging) if self._staging is not None else 0)
+
+    def pending_batch(self) -> Optional[SiftingBatch]:
+        """The kept samples not yet emitted, as one ``SiftingBatch`` (None if none)."""
+        if self._staging is not None and len(self._staging):
+            return self._staging.pending_batch()
+        pieces = self._accumulator.pending()
+        if not pieces:
+            return None
+        return pieces[0].concat(pieces[1:]) if len(pieces) > 1 else pieces[0]
 
     def metrics(self) -> dict:
         """Counts (host) plus the device counters and history fill (one host read)."""

@@ -1,8 +1,6 @@
 """The engine object: owns the device state and turns per-sample losses into selections."""
 
-import logging
-from dataclasses import dataclass
-from typing import List, Optional
+from typing import Dict, List, Tuple
 
 import torch
 
@@ -15,16 +13,12 @@ from neuron_sift.sift_config.sift_configs import RelativeProbabilisticSiftConfig
 _MAX_SEED = 2**31 - 1
 
 
-@dataclass
-class Selection:
-    """Which rows of a source batch were kept, as host ints in source order."""
-
-    indices: List[int]
-    step: StepOutput
-
-
 class Sifter:
-    """Runs ``sift_step`` per source batch and keeps the ``SiftState`` on the device."""
+    """Runs ``sift_step`` per source batch and keeps the ``SiftState`` on the device.
+
+    ``step`` issues device work only; reading its result back (``read_selection``) is a
+    separate, explicit call so the loader decides whether a host read happens at all.
+    """
 
     def __init__(self, config: RelativeProbabilisticSiftConfig, backend: Backend):
         self.config = config
@@ -35,6 +29,7 @@ class Sifter:
         self._beta = backend.scalar(config.beta_value, torch.float32)
 
     def fixed_keep_count(self, batch_size: int) -> int:
+        """k for a full batch; an error when it is 0 (fixed mode would never emit)."""
         k = self.config.fixed_keep_count(batch_size)
         if k < 1:
             raise SiftConfigValidationException(
@@ -44,27 +39,39 @@ class Sifter:
             )
         return k
 
-    def select(self, losses: torch.Tensor, batch_size: int) -> Selection:
-        """Select rows of one source batch given its ``[n]`` losses (n may be < batch_size)."""
-        n = int(losses.shape[0])
-        rows = max(batch_size, n)
-        if n < rows:  # pad to the static size; padding rows are masked out on the device
-            losses = torch.cat([losses, losses.new_zeros(rows - n)])
-        k = self.fixed_keep_count(rows) if self.mode == "fixed" else 1
-        n_take = min(self.config.fixed_keep_count(n), k) if self.mode == "fixed" else 0
+    def rows_taken(self, n_valid: int, rows: int) -> int:
+        """Fixed mode: samples kept from a batch of ``n_valid`` real rows (padded to ``rows``)."""
+        return min(self.config.fixed_keep_count(n_valid), self.fixed_keep_count(rows))
+
+    def step(self, losses: torch.Tensor, n_valid: int, batch_size: int) -> StepOutput:
+        """Issue the selection math for one source batch; ``losses`` may be short or padded."""
+        rows = max(batch_size, int(losses.shape[0]))
+        if losses.shape[0] < rows:  # pad to the static size; padding rows are masked out
+            losses = torch.cat([losses, losses.new_zeros(rows - losses.shape[0])])
+        fixed = self.mode == "fixed"
+        k = self.fixed_keep_count(rows) if fixed else 1
+        n_take = self.rows_taken(n_valid, rows) if fixed else 0
         self.state, out = sift_step(
             self.state,
             losses,
-            self.backend.scalar(n, torch.int64),
+            self.backend.scalar(n_valid, torch.int64),
             self._beta,
             self.mode,
             k,
             self.backend.scalar(n_take, torch.int64),
         )
-        self.backend.after_step()
-        if self.mode == "probabilistic":
-            keep = self.backend.to_host(out.keep)[:n]
-            indices = torch.arange(n)[keep].tolist()
-        else:
-            indices = self.backend.to_host(out.indices)[:n_take].tolist()
-        return Selection(indices=indices, step=out)
+        return out
+
+    def read_selection(self, out: StepOutput) -> Tuple[List[int], int]:
+        """One host read: the kept row indices (source order) and the non-finite count."""
+        packed = self.backend.to_host(torch.cat([out.count.view(1), out.num_nonfinite.view(1), out.order]))
+        count, nonfinite = int(packed[0]), int(packed[1])
+        return packed[2 : 2 + count].tolist(), nonfinite
+
+    def read_counts(self, out: StepOutput) -> Tuple[int, int]:
+        """One host read of two scalars: kept count and non-finite count."""
+        packed = self.backend.to_host(torch.stack([out.count, out.num_nonfinite]))
+        return int(packed[0]), int(packed[1])
+
+    def state_tensors(self) -> Dict[str, torch.Tensor]:
+        return self.state.tensors()

@@ -15,6 +15,7 @@ import torch
 from neuron_sift.engine.state import SiftState
 from neuron_sift.kernels import (
     bernoulli_keep,
+    compact_indices,
     gumbel_topk_indices,
     keep_log_probability,
     keep_probability,
@@ -28,16 +29,17 @@ from neuron_sift.kernels import (
 class StepOutput:
     """Per-batch result, all device tensors.
 
-    probabilistic: ``keep`` is the ``[P]`` bool mask; ``indices``/``taken`` are None.
-    fixed: ``indices`` ``[k]`` (taken ones first, ascending) and ``taken`` ``[k]`` bool.
-    ``percentiles`` ``[P]`` for logging/metrics.
+    ``order``: row indices with the kept rows first, in source order (``[P]`` in
+    probabilistic mode, ``[k]`` in fixed mode); ``count``: how many of them are kept.
+    ``keep``: the ``[P]`` kept mask (probabilistic mode; None in fixed mode).
+    ``percentiles``: ``[P]``; ``num_nonfinite``: non-finite valid losses in this batch.
     """
 
+    order: torch.Tensor
+    count: torch.Tensor
     keep: Optional[torch.Tensor]
-    indices: Optional[torch.Tensor]
-    taken: Optional[torch.Tensor]
     percentiles: torch.Tensor
-    num_kept: torch.Tensor
+    num_nonfinite: torch.Tensor
 
 
 def sift_step(
@@ -59,17 +61,18 @@ def sift_step(
     safe = torch.where(finite, losses, torch.zeros_like(losses))
     pct = percentile_rank(safe, state.history, state.fill)
     u = uniform_from_counter(state.seed, state.draws, p_rows)
+    num_nonfinite = force.to(torch.int64).sum()
     if mode == "probabilistic":
         keep = bernoulli_keep(keep_probability(pct, beta), u, valid, force)
-        num_kept = keep.to(torch.int64).sum()
-        out = StepOutput(keep=keep, indices=None, taken=None, percentiles=pct, num_kept=num_kept)
+        order, count = compact_indices(keep)
     elif mode == "fixed":
         log_p = keep_log_probability(pct, beta)
-        indices, taken = gumbel_topk_indices(log_p, u, valid, force, k, n_take)
-        num_kept = taken.to(torch.int64).sum()
-        out = StepOutput(keep=None, indices=indices, taken=taken, percentiles=pct, num_kept=num_kept)
+        order, taken = gumbel_topk_indices(log_p, u, valid, force, k, n_take)
+        count = taken.to(torch.int64).sum()
+        keep = None
     else:
         raise ValueError(f"unknown selection mode {mode!r}")
+    out = StepOutput(order=order, count=count, keep=keep, percentiles=pct, num_nonfinite=num_nonfinite)
     history, pos, fill = ring_buffer_update(state.history, state.pos, state.fill, safe, record)
     new_state = SiftState(
         history=history,
@@ -78,7 +81,7 @@ def sift_step(
         seed=state.seed,
         draws=state.draws + 1,
         num_scored=state.num_scored + valid.to(torch.int64).sum(),
-        num_kept=state.num_kept + num_kept,
-        num_nonfinite=state.num_nonfinite + force.to(torch.int64).sum(),
+        num_kept=state.num_kept + count,
+        num_nonfinite=state.num_nonfinite + num_nonfinite,
     )
     return new_state, out

@@ -94,7 +94,8 @@ def test_history_filling_rule():
 
 
 def pending_ids(loader):
-    return [i for piece in loader._accumulator.pending() for i in piece.to_user()[0].tolist()]
+    batch = loader.pending_batch()
+    return [] if batch is None else batch.to_user()[0].tolist()
 
 
 @pytest.mark.parametrize("mode", ["probabilistic", "fixed"])

@@ -1,0 +1,67 @@
+"""torch-xla backend: Trainium (torch-neuronx provides the Neuron PJRT device) or XLA's CPU.
+
+Only imported when the model is on an XLA device. Uses the current torch-xla API
+(``torch_xla.sync``, ``torch_xla.runtime``), never the deprecated ``xm.mark_step`` /
+``xm.xla_device``.
+
+What it guarantees, with the default batch handling (see README, measured in tests):
+- the scoring forward and the selection math are traced into a fixed set of graphs
+  (short last batches are padded to the batch size, scalars that change per batch are
+  device data, not graph constants), so compilation stops after warm-up;
+- ``sync()`` after each source batch cuts the lazy graph (asynchronously, no host wait),
+  so many source batches without an emitted batch never build one huge graph;
+- fixed mode reads nothing back; probabilistic mode reads two int64 scalars per source
+  batch (the kept count and the non-finite count).
+
+Under ``neuron_parallel_compile`` (``NEURON_EXTRACT_GRAPHS_ONLY`` set) graphs run as stubs
+that return zeros, so values read back mean nothing. The backend then never trusts a
+read: probabilistic mode assumes the expected kept count, so batches are still emitted
+and the training graphs are still extracted.
+"""
+
+import os
+from typing import Dict, Tuple
+
+import torch
+
+import torch_xla
+import torch_xla.runtime as xr
+
+from neuron_sift.backends.base import Backend
+
+
+def graph_extraction_only() -> bool:
+    """True under ``neuron_parallel_compile``: device values are zeros, not results."""
+    return os.environ.get("NEURON_EXTRACT_GRAPHS_ONLY", "") not in ("", "0")
+
+
+class XlaBackend(Backend):
+    name = "xla"
+
+    def __init__(self, device: torch.device):
+        super().__init__(device)
+        self._scalars: Dict[Tuple[object, torch.dtype], torch.Tensor] = {}
+        self.device_type = xr.device_type()  # 'CPU', 'NEURON', 'TPU', ...
+
+    @property
+    def extraction_only(self) -> bool:
+        return graph_extraction_only()
+
+    def scalar(self, value, dtype: torch.dtype) -> torch.Tensor:
+        """Cached device scalars: uploaded once per distinct value, never graph constants."""
+        key = (value, dtype)
+        t = self._scalars.get(key)
+        if t is None:
+            t = torch.tensor(value, dtype=dtype, device=self.device)
+            self._scalars[key] = t
+        return t
+
+    def to_host(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.detach().cpu()
+
+    def after_step(self) -> None:
+        torch_xla.sync()
+
+    @property
+    def gathers_on_device(self) -> bool:
+        return True
