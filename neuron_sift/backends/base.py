@@ -13,9 +13,15 @@ class Backend(abc.ABC):
     def __init__(self, device: torch.device):
         self.device = device
 
-    def scalar(self, value, dtype: torch.dtype) -> torch.Tensor:
-        """A device scalar holding ``value`` (data, not a graph constant)."""
-        return torch.tensor(value, dtype=dtype, device=self.device)
+    def upload(self, values, dtype: torch.dtype) -> torch.Tensor:
+        """A 1-D device tensor of host values: graph data, never graph constants.
+
+        Per-batch numbers (valid rows, rows to take) are uploaded together as one vector
+        and indexed on the device. Not as 0-dim tensors: torch-xla caches 0-dim device data
+        by value, so two scalars that happen to be equal would become one graph input and
+        the graph would compile anew.
+        """
+        return torch.tensor(list(values), dtype=dtype, device=self.device)
 
     @abc.abstractmethod
     def to_host(self, tensor: torch.Tensor) -> torch.Tensor:

@@ -20,8 +20,6 @@ and the training graphs are still extracted.
 """
 
 import os
-from typing import Dict, Tuple
-
 import torch
 
 import torch_xla
@@ -40,21 +38,11 @@ class XlaBackend(Backend):
 
     def __init__(self, device: torch.device):
         super().__init__(device)
-        self._scalars: Dict[Tuple[object, torch.dtype], torch.Tensor] = {}
         self.device_type = xr.device_type()  # 'CPU', 'NEURON', 'TPU', ...
 
     @property
     def extraction_only(self) -> bool:
         return graph_extraction_only()
-
-    def scalar(self, value, dtype: torch.dtype) -> torch.Tensor:
-        """Cached device scalars: uploaded once per distinct value, never graph constants."""
-        key = (value, dtype)
-        t = self._scalars.get(key)
-        if t is None:
-            t = torch.tensor(value, dtype=dtype, device=self.device)
-            self._scalars[key] = t
-        return t
 
     def to_host(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor.detach().cpu()

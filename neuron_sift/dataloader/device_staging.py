@@ -56,7 +56,8 @@ class DeviceStaging:
     def __init__(self, batch_size: int, backend: Backend):
         self.batch_size = batch_size
         self.backend = backend
-        self.fill = 0
+        self.fill = 0  # host mirror: decides emission without reading the device
+        self._fill_t: Optional[torch.Tensor] = None  # device copy: the write offset
         self._spec: Any = None
         self._buffers: Optional[List[Any]] = None  # per leaf: device tensor, or a host _Leaf of waiting samples
         self._axes: List[int] = []
@@ -67,6 +68,7 @@ class DeviceStaging:
 
     def _init(self, batch: DefaultSiftingBatch, m: int) -> None:
         self._spec = batch._spec
+        self._fill_t = self.backend.upload([0], torch.int64)
         self._capacity = self.batch_size + m
         self._buffers, self._axes = [], []
         for leaf in batch._leaves:
@@ -82,9 +84,14 @@ class DeviceStaging:
         batch: DefaultSiftingBatch,
         order: torch.Tensor,
         count: int,
+        count_t: torch.Tensor,
         host_indices: Optional[List[int]],
     ) -> None:
-        """Stage the rows ``order[:count]`` of ``batch`` (``order`` has a static length m)."""
+        """Stage the rows ``order[:count]`` of ``batch`` (``order`` has a static length m).
+
+        ``count`` is the host's view of the kept count, ``count_t`` the device's; they agree
+        except under graph extraction, where device values are meaningless anyway.
+        """
         m = int(order.shape[0])
         if self._buffers is None:
             self._init(batch, m)
@@ -94,8 +101,7 @@ class DeviceStaging:
             raise UnsupportedDataFormatException(
                 "cannot accumulate batches of different structure; every source batch must have the same fields"
             )
-        offset = self.backend.scalar(self.fill, torch.int64)
-        slots = offset + torch.arange(m, device=order.device)
+        slots = self._fill_t + torch.arange(m, device=order.device)
         for i, leaf in enumerate(batch._leaves):
             buf = self._buffers[i]
             if isinstance(buf, _Leaf):
@@ -113,6 +119,7 @@ class DeviceStaging:
             picked = rows.index_select(0, order.to(rows.device))
             self._buffers[i] = buf.index_copy(0, slots.to(buf.device), picked)
         self.fill += count
+        self._fill_t = self._fill_t + count_t.to(torch.int64)
 
     def pop(self) -> Optional[DefaultSiftingBatch]:
         """The next full batch (device tensors for tensor fields), or None."""
@@ -129,6 +136,7 @@ class DeviceStaging:
             leaves.append(_Leaf(buf[:b].movedim(0, axis), axis))
             self._buffers[i] = torch.cat([buf[b:], buf[:b]])
         self.fill -= b
+        self._fill_t = self._fill_t - b
         return DefaultSiftingBatch(self._spec, leaves, b)
 
     def pending_batch(self) -> Optional[DefaultSiftingBatch]:

@@ -269,8 +269,9 @@ class SiftingDataloader:
             exc.add_note(f"neuron_sift: while scoring {where}")
             raise
         out = self._timed("should_sift", self.sifter.step, losses, n, b)
+        ready = []
         if staged:
-            n_kept, n_nonfinite, indices = self._timed("sift", self._stage, scored, out, n)
+            n_kept, n_nonfinite, indices, ready = self._timed("sift", self._stage, scored, out, n)
         else:
             indices, n_nonfinite = self._timed("sift", self.sifter.read_selection, out)
             n_kept = len(indices)
@@ -294,7 +295,7 @@ class SiftingDataloader:
             logger.info("relevance_values_kept: %s", values[indices].tolist())
             logger.info("kept_indices: %s", indices)
         while True:
-            batch = self._staging.pop() if staged else self._accumulator.pop(b)
+            batch = (ready.pop(0) if ready else None) if staged else self._accumulator.pop(b)
             if batch is None:
                 return
             out_batch = self._timed("reverse_transform", self.batch_transforms.reverse_transform, batch)
@@ -318,10 +319,15 @@ class SiftingDataloader:
         return True
 
     def _stage(self, scored: DefaultSiftingBatch, out, n: int):
-        """Stage kept rows on the device. Returns (kept, non-finite, host indices or None).
+        """Stage kept rows on the device and cut every full batch that is ready.
 
-        Reads: none in fixed mode (the kept count is known), one two-scalar read in
-        probabilistic mode; plus the kept indices when the batch has host (non-tensor) fields.
+        Returns (kept, non-finite, host indices or None, ready batches). Reads: none in
+        fixed mode (the kept count is known), one two-scalar read in probabilistic mode,
+        plus the kept indices when the batch has host (non-tensor) fields. Graph cuts:
+        probabilistic mode syncs before its read (so the read transfers results instead
+        of re-running the scoring graph); both modes sync after staging, which also turns
+        the emitted batches into device data, so the user's training graph never contains
+        sifting ops and the set of compiled graphs does not depend on the data.
         Under graph extraction nothing read back is trusted.
         """
         host_fields = has_host_leaves(scored)
@@ -331,20 +337,30 @@ class SiftingDataloader:
         if self.selection_mode == "fixed":
             n_kept = self.sifter.rows_taken(n, len(scored))
             if host_fields:
+                self.backend.after_step()
                 indices, n_nonfinite = self.sifter.read_selection(out)
-        elif extraction:
-            n_kept = self.sift_config.fixed_keep_count(n)
-        elif host_fields:
-            indices, n_nonfinite = self.sifter.read_selection(out)
-            n_kept = len(indices)
         else:
-            n_kept, n_nonfinite = self.sifter.read_counts(out)
+            self.backend.after_step()
+            if extraction:
+                n_kept = self.sift_config.fixed_keep_count(n)
+            elif host_fields:
+                indices, n_nonfinite = self.sifter.read_selection(out)
+                n_kept = len(indices)
+            else:
+                n_kept, n_nonfinite = self.sifter.read_counts(out)
         if extraction:
             indices = list(range(n_kept)) if host_fields else None
             n_nonfinite = 0
-        self._timed("accumulate", self._staging.add, scored, out.order, n_kept, indices)
+        self._timed("accumulate", self._staging.add, scored, out.order, n_kept, out.count, indices)
         self.backend.after_step()
-        return n_kept, n_nonfinite, indices
+        ready = []
+        while True:
+            batch = self._staging.pop()
+            if batch is None:
+                break
+            ready.append(batch)
+            self.backend.after_step()
+        return n_kept, n_nonfinite, indices, ready
 
     def _score(self, transformed: SiftingBatch, source: Any) -> torch.Tensor:
         with scoring_mode(self.model):

@@ -26,7 +26,7 @@ class Sifter:
         self.mode = config.selection_mode
         seed = config.seed if config.seed is not None else torch.initial_seed()
         self.state = SiftState.create(config.loss_history_length, int(seed) % _MAX_SEED, backend.device)
-        self._beta = backend.scalar(config.beta_value, torch.float32)
+        self._beta = backend.upload([config.beta_value], torch.float32)[0]
 
     def fixed_keep_count(self, batch_size: int) -> int:
         """k for a full batch; an error when it is 0 (fixed mode would never emit)."""
@@ -51,15 +51,8 @@ class Sifter:
         fixed = self.mode == "fixed"
         k = self.fixed_keep_count(rows) if fixed else 1
         n_take = self.rows_taken(n_valid, rows) if fixed else 0
-        self.state, out = sift_step(
-            self.state,
-            losses,
-            self.backend.scalar(n_valid, torch.int64),
-            self._beta,
-            self.mode,
-            k,
-            self.backend.scalar(n_take, torch.int64),
-        )
+        per_batch = self.backend.upload([n_valid, n_take], torch.int64)
+        self.state, out = sift_step(self.state, losses, per_batch[0], self._beta, self.mode, k, per_batch[1])
         return out
 
     def read_selection(self, out: StepOutput) -> Tuple[List[int], int]:

@@ -34,8 +34,12 @@ def _check_bool(owner: str, key: str, value: Any) -> None:
 
 def _from_mapping(cls, owner_key: str, value: Mapping[str, Any]):
     """Build ``cls`` from a dict, naming unknown and missing keys."""
+    if not isinstance(value, Mapping):
+        raise SiftConfigValidationException(
+            f"{owner_key}: expected a dict of {cls.__name__} fields, got {type(value).__name__} {value!r}"
+        )
     names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(value) - names)
+    unknown = sorted(set(value) - names, key=repr)  # keys of mixed types cannot be compared
     if unknown:
         raise SiftConfigValidationException(
             f"{owner_key}: unknown key(s) {unknown} for {cls.__name__}; expected keys {sorted(names)}"
