@@ -7,16 +7,18 @@ user's own types (including ``namedtuple`` and ``Mapping`` subclasses such as
 Hugging Face's ``BatchEncoding``).
 
 Which axis of a list or tensor holds the samples is decided on the first batch and then
-reused, so a short last batch cannot flip it:
+reused (for lists nested in a batch too), so a short last batch cannot flip it:
 - a ``dict`` holds fields; each field holds samples along its dimension 0;
 - a ``list``/``tuple`` either holds fields (what ``default_collate`` makes of tuple
   datasets: "dimension 1" is the sample) or samples ("dimension 0"). When the source
   loader's batch size is known, the dimension whose size equals it wins; if both or
   neither do, ``UnsupportedDataFormatException`` says so and ``batch_format_index``
   (0 = indexed by sample, 1 = indexed by feature) settles it;
-- a tensor holds samples along dimension 0 unless ``batch_format_index=1``.
+- a tensor (or NumPy array) is decided the same way from its dimensions 0 and 1; when the
+  batch size is unknown it holds samples along dimension 0 unless ``batch_format_index=1``.
 """
 
+import numbers
 from collections.abc import Mapping
 from typing import Any, List, Optional, Sequence, Tuple
 
@@ -95,6 +97,12 @@ def _rebuild_mapping(template: Mapping, items: dict) -> Any:
         ) from exc
 
 
+def _leaf_kind(x: Any) -> str:
+    if isinstance(x, torch.Tensor):
+        return "tensor"
+    return "array" if _is_array(x) else "list"
+
+
 class _Leaf:
     """One sample-holding value: a tensor/array (samples along ``axis``) or a list of samples."""
 
@@ -122,6 +130,12 @@ class _Leaf:
     def concat(parts: Sequence["_Leaf"], path: str) -> "_Leaf":
         first = parts[0]
         v = first.value
+        for p in parts[1:]:
+            if _leaf_kind(p.value) != _leaf_kind(v):
+                raise UnsupportedDataFormatException(
+                    f"cannot accumulate samples of field {path or '<batch>'}: a {type(p.value).__name__} after a "
+                    f"{type(v).__name__} in an earlier batch; every source batch must have the same field types"
+                )
         if isinstance(v, torch.Tensor) or _is_array(v):
             ref = list(v.shape)
             for p in parts[1:]:
@@ -162,8 +176,9 @@ class DefaultSiftingBatch(SiftingBatch):
 
     def concat(self, others: Sequence["DefaultSiftingBatch"]) -> "DefaultSiftingBatch":
         parts = [self] + list(others)
+        structure = _spec_structure(self._spec)
         for o in parts[1:]:
-            if not isinstance(o, DefaultSiftingBatch) or len(o._leaves) != len(self._leaves):
+            if not isinstance(o, DefaultSiftingBatch) or _spec_structure(o._spec) != structure:
                 raise UnsupportedDataFormatException(
                     "cannot accumulate batches of different structure; every source batch must have the same fields"
                 )
@@ -191,6 +206,16 @@ def _build(spec: Any, leaves: List[_Leaf]) -> Any:
     return _rebuild_sequence(template, [_build(c, leaves) for c in children])
 
 
+def _spec_structure(spec: Any) -> Any:
+    """The shape of a spec (field names and nesting), without the user's values."""
+    kind = spec[0]
+    if kind == "leaf":
+        return ("leaf", spec[1])
+    if kind == "map":
+        return ("map", tuple(spec[2]), tuple(_spec_structure(c) for c in spec[3]))
+    return ("seq", tuple(_spec_structure(c) for c in spec[2]))
+
+
 def _leaf_paths(spec: Any, prefix: str = "") -> List[str]:
     kind = spec[0]
     if kind == "leaf":
@@ -216,15 +241,20 @@ class DefaultBatchTransform(SiftingBatchTransform):
 
     def __init__(self, nominal_batch_size: Optional[int] = None, batch_format_index: Optional[int] = None):
         if batch_format_index is not None and (
-            isinstance(batch_format_index, bool) or batch_format_index not in (SAMPLE_MAJOR, FEATURE_MAJOR)
+            isinstance(batch_format_index, bool)
+            or not isinstance(batch_format_index, numbers.Integral)
+            or batch_format_index not in (SAMPLE_MAJOR, FEATURE_MAJOR)
         ):
             raise UnsupportedDataFormatException(
                 f"batch_format_index must be 0 (batch indexed by sample), 1 (indexed by feature) or None, "
                 f"got {batch_format_index!r}"
             )
+        if batch_format_index is not None:
+            batch_format_index = int(batch_format_index)  # e.g. numpy ints: used as an axis below
         self.nominal_batch_size = nominal_batch_size
         self.batch_format_index = batch_format_index
         self._top_format: Optional[int] = batch_format_index
+        self._inner_formats: dict = {}  # path of a nested list/tuple -> format first seen there
 
     # -- parsing -----------------------------------------------------------------------
 
@@ -345,15 +375,21 @@ class DefaultBatchTransform(SiftingBatchTransform):
             d1 = _dim1_size(value)
             as_samples = len(value) == n
             as_fields = d1 == n and len(value) > 0
+            known = self._inner_formats.get(path)
+            if as_samples and as_fields and known is not None:
+                # Ambiguous only now (a short last batch, n x n): keep what an earlier batch showed.
+                as_samples, as_fields = known == SAMPLE_MAJOR, known == FEATURE_MAJOR
             if as_samples and as_fields:
                 raise UnsupportedDataFormatException(
                     f"Both dimension 0 and dimension 1 match batch size ({n}) in field {path}; "
                     "pass batch_transforms to say how it is indexed"
                 )
             if as_samples:
+                self._inner_formats[path] = SAMPLE_MAJOR
                 leaves.append(_Leaf(value))
                 return ("leaf", len(leaves) - 1)
             if as_fields:
+                self._inner_formats[path] = FEATURE_MAJOR
                 children = [self._parse_inner(e, n, leaves, f"{path}[{i}]") for i, e in enumerate(value)]
                 return ("seq", value, children)
             raise UnsupportedDataFormatException(

@@ -54,6 +54,11 @@ class TensorBatch(SiftingBatch):
                     f"cannot accumulate samples of shape {tuple(other.inputs.shape[1:])} with samples of shape "
                     f"{tuple(self.inputs.shape[1:])}; pad batches to a fixed shape"
                 )
+            if self.labels is not None and other.labels.shape[1:] != self.labels.shape[1:]:
+                raise UnsupportedDataFormatException(
+                    f"cannot accumulate labels of per-sample shape {tuple(other.labels.shape[1:])} with labels of "
+                    f"shape {tuple(self.labels.shape[1:])}; pad batches to a fixed shape"
+                )
         inputs = torch.cat([p.inputs for p in parts])
         labels = None if self.labels is None else torch.cat([p.labels for p in parts])
         return TensorBatch(inputs, labels)

@@ -50,6 +50,19 @@ class SiftingCounts:
         return asdict(self)
 
 
+def underlying_dataloader(loader: Any) -> Any:
+    """The DataLoader inside wrappers such as torch-xla's ``MpDeviceLoader`` (``._loader``).
+
+    Used only to learn the batch size and plan the length; iteration always goes through
+    the loader the user passed.
+    """
+    seen = 0
+    while getattr(loader, "batch_size", None) is None and hasattr(loader, "_loader") and seen < 8:
+        loader = loader._loader
+        seen += 1
+    return loader
+
+
 def model_device(model: torch.nn.Module) -> torch.device:
     for p in model.parameters():
         return p.device
@@ -136,7 +149,8 @@ class SiftingDataloader:
         if not isinstance(log_batch_data, bool):
             raise TypeError(f"log_batch_data must be a bool, got {type(log_batch_data).__name__}")
         self.log_batch_data = log_batch_data
-        nominal = getattr(orig_dataloader, "batch_size", None)
+        self._planning_loader = underlying_dataloader(orig_dataloader)
+        nominal = getattr(self._planning_loader, "batch_size", None)
         self._batch_size: Optional[int] = nominal if isinstance(nominal, int) and nominal > 0 else None
         if batch_transforms is None:
             self.batch_transforms = DefaultBatchTransform(self._batch_size, batch_format_index)
@@ -371,7 +385,7 @@ class SiftingDataloader:
 
     def _source_batch_sizes(self):
         """Sizes of the source batches of one epoch, from the source loader's sampler."""
-        loader = self.orig_dataloader
+        loader = self._planning_loader
         try:
             n_batches = len(loader)
         except TypeError as exc:

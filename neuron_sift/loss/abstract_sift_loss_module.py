@@ -1,5 +1,6 @@
 """The per-sample loss interface users implement for scoring."""
 
+import inspect
 from typing import Any
 
 import torch
@@ -29,6 +30,11 @@ def resolve_loss_fn(loss_impl: Any):
         raise LossImplementationNotProvidedException(
             "loss_impl is required: pass an object with a method "
             "loss(model, transformed_batch, original_batch=None) returning one loss per sample"
+        )
+    if isinstance(loss_impl, type) and inspect.isfunction(inspect.getattr_static(loss_impl, "loss", None)):
+        # ``loss_impl=MyLoss`` without parentheses: ``loss`` would be called unbound, model as self.
+        raise LossImplementationNotProvidedException(
+            f"loss_impl is the class {loss_impl.__name__}, not an instance of it: pass {loss_impl.__name__}()"
         )
     shadow = getattr(loss_impl, "__dict__", {}).get("loss")
     if isinstance(shadow, torch.nn.Module):
