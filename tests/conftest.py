@@ -9,6 +9,15 @@ import torch
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
 
+def pytest_configure(config):
+    """CI sets NEURON_SIFT_REQUIRE_XLA=1: a missing torch-xla then fails the run instead of skipping."""
+    if os.environ.get("NEURON_SIFT_REQUIRE_XLA") == "1":
+        try:
+            import torch_xla  # noqa: F401
+        except ImportError as exc:
+            raise pytest.UsageError(f"NEURON_SIFT_REQUIRE_XLA=1 but torch_xla cannot be imported: {exc}")
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# The test command (README, CI): sets up .venv if needed, then runs every test,
+# the slow and the XLA ones included (torch-xla on its CPU backend).
+source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
+export NEURON_SIFT_REQUIRE_XLA=1
+exec .venv/bin/python -m pytest "$@"
