@@ -34,12 +34,14 @@ def uniform_from_counter(seed: torch.Tensor, counter: torch.Tensor, n: int) -> t
     """``n`` float32 uniforms in the open interval (0, 1) for draw number ``counter``.
 
     ``seed`` and ``counter`` are int64 scalar tensors on the device; ``n`` is static.
-    Values are multiples of 2**-24 offset by half a step, so neither 0 nor 1 occurs
-    (safe for ``log(-log(u))``).
+    Values are ``(j + 0.5) * 2**-23`` for a 23-bit integer ``j``: every such value is
+    exact in float32 (24 significant bits), so neither 0 nor 1 occurs (safe for
+    ``log(-log(u))``). With 24 random bits the half-step offset would need 25 bits, and
+    the largest value would round to exactly 1.0.
     """
     device = counter.device
     key = _mix31(_mix31(seed.to(torch.int64) + _GOLDEN) ^ (counter.to(torch.int64) & _MASK31))
     rows = torch.arange(n, device=device, dtype=torch.int64)
     h = _mix31(_mix31(key ^ _mix31(rows + _GOLDEN)) + rows)
-    top24 = (h >> 7).to(torch.float32)  # 31 - 7 = 24 bits, exact in float32
-    return (top24 + 0.5) * (1.0 / 16777216.0)
+    top23 = (h >> 8).to(torch.float32)  # 31 - 8 = 23 bits: top23 + 0.5 is exact in float32
+    return (top23 + 0.5) * (1.0 / 8388608.0)

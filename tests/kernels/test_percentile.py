@@ -1,0 +1,119 @@
+"""percentile_rank against a plain-Python loop: mid-rank, only the first ``fill`` slots count."""
+
+import numpy as np
+import pytest
+import torch
+
+from neuron_sift.kernels import percentile_rank
+
+BATCH_SIZES = (1, 5, 64)
+HISTORY_LENGTHS = (1, 7, 100)
+
+
+def reference_percentile(losses, history, fill):
+    """(#{h < l} + 0.5 * #{h == l}) / fill over history[:fill]; 1.0 when fill == 0."""
+    out = []
+    for loss in losses:
+        if fill == 0:
+            out.append(1.0)
+            continue
+        less = 0
+        equal = 0
+        for j in range(fill):
+            if history[j] < loss:
+                less += 1
+            elif history[j] == loss:
+                equal += 1
+        out.append((less + 0.5 * equal) / fill)
+    return out
+
+
+def _values(rng, n, kind):
+    """float32 values of a given flavour: continuous, heavy ties (with zeros), or huge magnitudes."""
+    if kind == "continuous":
+        v = rng.exponential(2.0, size=n)
+    elif kind == "ties":
+        v = rng.integers(0, 4, size=n) * 0.5  # 0.0, 0.5, 1.0, 1.5: many ties and zeros
+    elif kind == "large":
+        v = rng.choice([0.0, 1.0, 1e20, 3e38, -3e38, 1e-30], size=n)
+    else:  # pragma: no cover - test bug
+        raise AssertionError(kind)
+    return v.astype(np.float32)
+
+
+def _run(losses_np, history_np, fill):
+    got = percentile_rank(
+        torch.from_numpy(losses_np), torch.from_numpy(history_np), torch.tensor(fill, dtype=torch.int64)
+    )
+    want = reference_percentile([float(x) for x in losses_np], [float(x) for x in history_np], fill)
+    return got, torch.tensor(want, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("b", BATCH_SIZES)
+@pytest.mark.parametrize("h", HISTORY_LENGTHS)
+@pytest.mark.parametrize("kind", ["continuous", "ties", "large"])
+def test_matches_reference_for_every_fill(b, h, kind):
+    rng = np.random.default_rng(1000 * b + h)
+    history = _values(rng, h, kind)
+    # Draw losses partly from the history itself so exact ties with history values occur.
+    losses = np.where(rng.random(b) < 0.5, rng.choice(history, size=b), _values(rng, b, kind)).astype(np.float32)
+    for fill in sorted({0, 1, h // 2, h - 1, h}):
+        got, want = _run(losses, history, fill)
+        assert got.shape == (b,)
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6, msg=f"fill={fill}")
+
+
+@pytest.mark.parametrize("h", HISTORY_LENGTHS)
+def test_slots_beyond_fill_are_ignored(h):
+    # Garbage in the slots not yet filled must not change anything.
+    rng = np.random.default_rng(h)
+    fill = max(h // 2, 1)
+    valid = rng.normal(size=fill).astype(np.float32)
+    losses = rng.normal(size=16).astype(np.float32)
+    a = np.concatenate([valid, np.full(h - fill, -1e30, dtype=np.float32)])
+    b = np.concatenate([valid, np.full(h - fill, 1e30, dtype=np.float32)])
+    got_a, want = _run(losses, a, fill)
+    got_b, _ = _run(losses, b, fill)
+    torch.testing.assert_close(got_a, want, rtol=0, atol=1e-6)
+    torch.testing.assert_close(got_b, want, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("h", HISTORY_LENGTHS)
+def test_empty_history_gives_one(h):
+    history = torch.randn(h)  # whatever is there is not valid yet
+    losses = torch.tensor([-1e30, -1.0, 0.0, 0.5, 1e30])
+    got = percentile_rank(losses, history, torch.tensor(0))
+    assert torch.equal(got, torch.ones(5))
+
+
+def test_ties_count_half():
+    history = torch.tensor([1.0, 1.0, 1.0, 1.0])
+    got = percentile_rank(torch.tensor([1.0, 1.0, 0.0, 2.0]), history, torch.tensor(4))
+    assert got.tolist() == [0.5, 0.5, 0.0, 1.0]
+    # One below, two equal, one above: (1 + 0.5 * 2) / 4.
+    got = percentile_rank(torch.tensor([2.0]), torch.tensor([1.0, 2.0, 2.0, 3.0]), torch.tensor(4))
+    assert got.tolist() == [0.5]
+
+
+def test_zeros_against_zeros():
+    # A fresh model can give all-zero losses; they sit in the middle, not at an extreme.
+    got = percentile_rank(torch.zeros(5), torch.zeros(7), torch.tensor(7))
+    assert torch.equal(got, torch.full((5,), 0.5))
+
+
+def test_loss_dtype_is_cast_to_history_dtype():
+    history = torch.tensor([0.1, 0.2, 0.3], dtype=torch.float32)
+    losses = torch.tensor([0.2, 0.25], dtype=torch.float64)
+    got = percentile_rank(losses, history, torch.tensor(3))
+    assert got.dtype == torch.float32
+    # float64 0.2 becomes float32 0.2, equal to the stored one: a tie.
+    torch.testing.assert_close(got, torch.tensor([1.5 / 3, 2.0 / 3]))
+
+
+def test_inputs_not_modified():
+    history = torch.randn(7)
+    losses = torch.randn(5)
+    h0, l0 = history.clone(), losses.clone()
+    percentile_rank(losses, history, torch.tensor(4))
+    assert torch.equal(history, h0) and torch.equal(losses, l0)
