@@ -10,11 +10,19 @@ os.environ.setdefault("PJRT_DEVICE", "CPU")
 
 
 def pytest_configure(config):
-    """CI sets NEURON_SIFT_REQUIRE_XLA=1: a missing torch-xla then fails the run instead of skipping."""
-    if os.environ.get("NEURON_SIFT_REQUIRE_XLA") == "1":
-        try:
-            import torch_xla  # noqa: F401
-        except ImportError as exc:
+    """Start torch-xla's runtime, when installed, before any test runs a backward pass.
+
+    The autograd engine sizes its per-device queues at its first backward; an XLA
+    backward after a CPU-only first backward in the same process then fails an internal
+    assert. CI sets NEURON_SIFT_REQUIRE_XLA=1: a missing torch-xla then fails the run
+    instead of skipping the XLA tests.
+    """
+    try:
+        import torch_xla
+
+        torch_xla.device()  # initialising the runtime registers the device with autograd
+    except ImportError as exc:
+        if os.environ.get("NEURON_SIFT_REQUIRE_XLA") == "1":
             raise pytest.UsageError(f"NEURON_SIFT_REQUIRE_XLA=1 but torch_xla cannot be imported: {exc}")
 
 

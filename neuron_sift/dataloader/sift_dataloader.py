@@ -171,6 +171,9 @@ class SiftingDataloader:
         self._delay_progress = 0
         self._epoch = 0
         self._iteration_token = 0
+        # Host seconds and calls per phase: transform, calculate_relevance_values (the
+        # user's scoring forward), should_sift, sift, accumulate, reverse_transform.
+        self.timings: dict = {}
 
     # -- public properties -------------------------------------------------------------
 
@@ -241,11 +244,19 @@ class SiftingDataloader:
             raise
 
     def _timed(self, name: str, fn: Callable, *args):
-        if not logger.isEnabledFor(logging.INFO):
-            return fn(*args)
+        """Run one phase, add its host time to ``self.timings`` and log it at INFO.
+
+        Host time: on XLA the device runs asynchronously, so a phase that reads a result
+        back also waits for the device work it depends on.
+        """
         start = time.perf_counter()
         out = fn(*args)
-        logger.info("func:%s latency: %.6f", name, time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
+        entry = self.timings.setdefault(name, [0.0, 0])
+        entry[0] += elapsed
+        entry[1] += 1
+        if logger.isEnabledFor(logging.INFO):
+            logger.info("func:%s latency: %.6f", name, elapsed)
         return out
 
     def _sift_source_batch(self, source: Any, index: int) -> Iterator[Any]:
@@ -285,7 +296,8 @@ class SiftingDataloader:
         out = self._timed("should_sift", self.sifter.step, losses, n, b)
         ready = []
         if staged:
-            n_kept, n_nonfinite, indices, ready = self._timed("sift", self._stage, scored, out, n)
+            n_kept, n_nonfinite, indices = self._timed("sift", self._staged_selection, scored, out, n)
+            ready = self._timed("accumulate", self._staged_accumulate, scored, out, n_kept, indices)
         else:
             indices, n_nonfinite = self._timed("sift", self.sifter.read_selection, out)
             n_kept = len(indices)
@@ -332,17 +344,14 @@ class SiftingDataloader:
             self._staging = DeviceStaging(self._batch_size, self.backend)
         return True
 
-    def _stage(self, scored: DefaultSiftingBatch, out, n: int):
-        """Stage kept rows on the device and cut every full batch that is ready.
+    def _staged_selection(self, scored: DefaultSiftingBatch, out, n: int):
+        """How many rows were kept (and which, when host fields need it), for device staging.
 
-        Returns (kept, non-finite, host indices or None, ready batches). Reads: none in
-        fixed mode (the kept count is known), one two-scalar read in probabilistic mode,
-        plus the kept indices when the batch has host (non-tensor) fields. Graph cuts:
-        probabilistic mode syncs before its read (so the read transfers results instead
-        of re-running the scoring graph); both modes sync after staging, which also turns
-        the emitted batches into device data, so the user's training graph never contains
-        sifting ops and the set of compiled graphs does not depend on the data.
-        Under graph extraction nothing read back is trusted.
+        Returns (kept, non-finite, host indices or None). Reads: none in fixed mode (the
+        kept count is known), one two-scalar read in probabilistic mode, plus the kept
+        indices when the batch has host (non-tensor) fields. Probabilistic mode syncs
+        before its read, so the read transfers results instead of re-running the scoring
+        graph. Under graph extraction nothing read back is trusted.
         """
         host_fields = has_host_leaves(scored)
         extraction = getattr(self.backend, "extraction_only", False)
@@ -365,16 +374,24 @@ class SiftingDataloader:
         if extraction:
             indices = list(range(n_kept)) if host_fields else None
             n_nonfinite = 0
-        self._timed("accumulate", self._staging.add, scored, out.order, n_kept, out.count, indices)
+        return n_kept, n_nonfinite, indices
+
+    def _staged_accumulate(self, scored: DefaultSiftingBatch, out, n_kept: int, indices) -> list:
+        """Stage kept rows on the device and cut every full batch that is ready.
+
+        Syncs after staging and after each cut: the emitted batches become device data,
+        so the user's training graph never contains sifting ops and the set of compiled
+        graphs does not depend on the data.
+        """
+        self._staging.add(scored, out.order, n_kept, out.count, indices)
         self.backend.after_step()
         ready = []
         while True:
             batch = self._staging.pop()
             if batch is None:
-                break
+                return ready
             ready.append(batch)
             self.backend.after_step()
-        return n_kept, n_nonfinite, indices, ready
 
     def _score(self, transformed: SiftingBatch, source: Any) -> torch.Tensor:
         with scoring_mode(self.model):
@@ -452,6 +469,8 @@ class SiftingDataloader:
         out["device_num_scored"] = int(self.backend.to_host(st.num_scored))
         out["device_num_kept"] = int(self.backend.to_host(st.num_kept))
         out["device_num_nonfinite"] = int(self.backend.to_host(st.num_nonfinite))
+        out["timings"] = {k: {"seconds": v[0], "calls": v[1]} for k, v in self.timings.items()}
+        out["machinery_seconds"] = sum(v[0] for k, v in self.timings.items() if k != "calculate_relevance_values")
         out["kept_share"] = (
             out["num_orig_samples_kept"] / out["num_orig_samples_seen"] if out["num_orig_samples_seen"] else 0.0
         )
