@@ -191,22 +191,24 @@ class SiftingDataloader:
         return self._epoch
 
     def __len__(self) -> int:
-        """Exact number of batches the next epoch emits (``fixed`` mode only).
+        """Batches the next epoch emits: exact in ``fixed`` mode, an estimate in ``probabilistic``.
 
-        In ``probabilistic`` mode the count depends on the draws: ``len()`` raises
-        ``TypeError`` (as smart_sifting's loader had no length) and
-        ``estimated_length()`` gives the expected value.
+        The estimate is the expected count (kept share ``1 / (1 + beta)`` of the source
+        samples after the delay, plus the samples already pending), so a learning-rate
+        schedule or a Trainer sized from ``len(loader)`` ends near its planned end; the
+        actual count varies by a few batches. Raises ``TypeError`` when the source loader
+        has no length (like a DataLoader over an IterableDataset).
         """
-        if self.selection_mode != "fixed":
-            raise TypeError(
-                "a probabilistic SiftingDataloader has no exact length; use estimated_length() "
-                "or selection_mode='fixed'"
-            )
-        return self._planned_batches(expected=False)
+        return self.estimated_length()
 
     def estimated_length(self) -> int:
         """Expected number of batches of the next epoch (exact in ``fixed`` mode)."""
         return self._planned_batches(expected=self.selection_mode != "fixed")
+
+    @property
+    def length_is_exact(self) -> bool:
+        """Whether ``len(loader)`` is exact (fixed mode) rather than an expectation."""
+        return self.selection_mode == "fixed"
 
     # -- iteration ---------------------------------------------------------------------
 
