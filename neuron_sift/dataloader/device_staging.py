@@ -62,9 +62,16 @@ class DeviceStaging:
         self._buffers: Optional[List[Any]] = None  # per leaf: device tensor, or a host _Leaf of waiting samples
         self._axes: List[int] = []
         self._capacity = 0
+        self._preloaded: Optional[DefaultSiftingBatch] = None
 
     def __len__(self) -> int:
-        return self.fill
+        return self.fill + (len(self._preloaded) if self._preloaded is not None else 0)
+
+    def preload(self, batch: DefaultSiftingBatch) -> None:
+        """Samples restored from a checkpoint: staged first, when the buffers are created."""
+        if self._buffers is not None:
+            raise RuntimeError("preload() must come before the first add()")
+        self._preloaded = batch
 
     def _init(self, batch: DefaultSiftingBatch, m: int) -> None:
         self._spec = batch._spec
@@ -95,6 +102,8 @@ class DeviceStaging:
         m = int(order.shape[0])
         if self._buffers is None:
             self._init(batch, m)
+            if self._preloaded is not None:
+                self._insert_preloaded()
         if self.batch_size + m > self._capacity:
             raise RuntimeError(f"staging capacity {self._capacity} exceeded by a batch offering {m} rows")
         if len(batch._leaves) != len(self._buffers):
@@ -121,6 +130,22 @@ class DeviceStaging:
         self.fill += count
         self._fill_t = self._fill_t + count_t.to(torch.int64)
 
+    def _insert_preloaded(self) -> None:
+        pre, self._preloaded = self._preloaded, None
+        p = len(pre)
+        if p >= self.batch_size:
+            raise ValueError(f"{p} restored pending samples, but fewer than the batch size {self.batch_size} can wait")
+        slots = torch.arange(p, device=self.backend.device)
+        for i, leaf in enumerate(pre._leaves):
+            buf = self._buffers[i]
+            if isinstance(buf, _Leaf):
+                self._buffers[i] = leaf
+                continue
+            rows = leaf.value.movedim(leaf.axis, 0).to(buf.device, buf.dtype)
+            self._buffers[i] = buf.index_copy(0, slots, rows)
+        self.fill = p
+        self._fill_t = self.backend.upload([p], torch.int64)
+
     def pop(self) -> Optional[DefaultSiftingBatch]:
         """The next full batch (device tensors for tensor fields), or None."""
         b = self.batch_size
@@ -141,6 +166,8 @@ class DeviceStaging:
 
     def pending_batch(self) -> Optional[DefaultSiftingBatch]:
         """The waiting (not yet emitted) samples as a batch, for inspection and checkpoints."""
+        if self._preloaded is not None:
+            return self._preloaded
         if self._buffers is None or self.fill == 0:
             return None
         leaves = []

@@ -23,8 +23,10 @@ from neuron_sift.backends import resolve_backend
 from neuron_sift.data_model.data_model_interface import SiftingBatch
 from neuron_sift.data_model.default_batch import DefaultBatchTransform, DefaultSiftingBatch
 from neuron_sift.dataloader.accumulator import BatchAccumulator
+from neuron_sift.dataloader.checkpoint import STATE_VERSION, PendingSamples, pending_to_state, to_cpu
 from neuron_sift.dataloader.device_staging import DeviceStaging, batch_to_device, has_host_leaves, pad_batch
 from neuron_sift.engine.sifter import Sifter
+from neuron_sift.engine.state import SiftState
 from neuron_sift.exceptions import LossOutputException, UnsupportedDataFormatException
 from neuron_sift.loss.abstract_sift_loss_module import resolve_loss_fn
 from neuron_sift.sift_config.sift_configs import coerce_sift_config
@@ -171,6 +173,10 @@ class SiftingDataloader:
         self._delay_progress = 0
         self._epoch = 0
         self._iteration_token = 0
+        self._epoch_in_progress = False
+        self._consumed = 0  # source batches of the current epoch fully counted
+        self._resume_skip: Optional[int] = None  # set by load_state_dict() mid-epoch
+        self._restored: Optional[PendingSamples] = None
         # Host seconds and calls per phase: transform, calculate_relevance_values (the
         # user's scoring forward), should_sift, sift, accumulate, reverse_transform.
         self.timings: dict = {}
@@ -217,11 +223,18 @@ class SiftingDataloader:
         return self._iterate(self._iteration_token)
 
     def _iterate(self, token: int) -> Iterator[Any]:
-        self._epoch += 1
         base = self.sift_config.base_config
-        if base.repeat_delay_per_epoch:
-            self._delay_progress = 0
+        skip = self._resume_skip or 0
+        self._resume_skip = None
+        if skip == 0:
+            self._epoch += 1
+            self._consumed = 0
+            if base.repeat_delay_per_epoch:
+                self._delay_progress = 0
+        self._epoch_in_progress = True
         for index, source in enumerate(self.orig_dataloader):
+            if index < skip:  # resuming mid-epoch: these were consumed before the checkpoint
+                continue
             if token != self._iteration_token:
                 raise RuntimeError("SiftingDataloader: a new iteration was started; this iterator is no longer valid")
             if self._delay_progress < base.sift_delay:
@@ -234,9 +247,12 @@ class SiftingDataloader:
                 c.num_orig_samples_kept += n
                 c.num_samples_emitted += n
                 c.num_batches_emitted += 1
+                self._consumed = index + 1
                 yield source
                 continue
             yield from self._sift_source_batch(source, index)
+        if token == self._iteration_token:
+            self._epoch_in_progress = False
 
     def _count_delayed(self, source: Any, index: int) -> int:
         try:
@@ -278,11 +294,14 @@ class SiftingDataloader:
         c = self.counts
         c.num_source_batches += 1
         if n == 0:
+            self._consumed = index + 1
             return
         if self._batch_size is None:
             self._batch_size = n
         b = self._batch_size
         staged = self._uses_device_staging(transformed)
+        if self._restored is not None:
+            self._reinsert_restored(transformed, staged)
         if staged:
             # Tensor fields go to the device once (the user's own .to(device) is then a no-op);
             # a short batch is padded so the scoring forward keeps its shape.
@@ -296,10 +315,9 @@ class SiftingDataloader:
             exc.add_note(f"neuron_sift: while scoring {where}")
             raise
         out = self._timed("should_sift", self.sifter.step, losses, n, b)
-        ready = []
         if staged:
             n_kept, n_nonfinite, indices = self._timed("sift", self._staged_selection, scored, out, n)
-            ready = self._timed("accumulate", self._staged_accumulate, scored, out, n_kept, indices)
+            self._timed("accumulate", self._staged_accumulate, scored, out, n_kept, indices)
         else:
             indices, n_nonfinite = self._timed("sift", self.sifter.read_selection, out)
             n_kept = len(indices)
@@ -308,6 +326,7 @@ class SiftingDataloader:
         c.num_orig_samples_kept += n_kept
         c.num_orig_samples_sifted += n - n_kept
         c.num_samples_pending += n_kept
+        self._consumed = index + 1
         if n_nonfinite:
             c.num_nonfinite_losses += n_nonfinite
             logger.warning(
@@ -323,7 +342,7 @@ class SiftingDataloader:
             logger.info("relevance_values_kept: %s", values[indices].tolist())
             logger.info("kept_indices: %s", indices)
         while True:
-            batch = (ready.pop(0) if ready else None) if staged else self._accumulator.pop(b)
+            batch = self._staged_pop() if staged else self._accumulator.pop(b)
             if batch is None:
                 return
             out_batch = self._timed("reverse_transform", self.batch_transforms.reverse_transform, batch)
@@ -378,22 +397,23 @@ class SiftingDataloader:
             n_nonfinite = 0
         return n_kept, n_nonfinite, indices
 
-    def _staged_accumulate(self, scored: DefaultSiftingBatch, out, n_kept: int, indices) -> list:
-        """Stage kept rows on the device and cut every full batch that is ready.
-
-        Syncs after staging and after each cut: the emitted batches become device data,
-        so the user's training graph never contains sifting ops and the set of compiled
-        graphs does not depend on the data.
-        """
+    def _staged_accumulate(self, scored: DefaultSiftingBatch, out, n_kept: int, indices) -> None:
+        """Stage kept rows on the device, then cut the graph (asynchronously)."""
         self._staging.add(scored, out.order, n_kept, out.count, indices)
         self.backend.after_step()
-        ready = []
-        while True:
-            batch = self._staging.pop()
-            if batch is None:
-                return ready
-            ready.append(batch)
+
+    def _staged_pop(self) -> Optional[DefaultSiftingBatch]:
+        """Cut the next full batch, if one is ready, and sync.
+
+        Batches are cut one at a time, just before they are yielded, so samples of a batch
+        not yet handed out stay pending (and in ``state_dict()``). The sync turns the
+        emitted batch into device data: the user's training graph never contains sifting
+        ops, and the set of compiled graphs does not depend on the data.
+        """
+        batch = self._staging.pop()
+        if batch is not None:
             self.backend.after_step()
+        return batch
 
     def _score(self, transformed: SiftingBatch, source: Any) -> torch.Tensor:
         with scoring_mode(self.model):
@@ -447,15 +467,96 @@ class SiftingDataloader:
             pending -= full * b
         return batches
 
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """Everything that decides future selections, as CPU tensors and plain values.
+
+        Loss history and its position/fill, counters, the random state (seed and draw
+        counter), delay progress, epoch progress (source batches consumed in the current
+        epoch), the mode, and the kept samples not yet emitted. Loads with
+        ``torch.load(path, weights_only=True)``, on either backend. Call it between batches
+        (e.g. right after a training step); a run resumed from it, with the same source
+        data order, emits exactly the batches the uninterrupted run would have emitted.
+        """
+        if self._restored is not None:
+            pending = self._restored.state
+        else:
+            pending = pending_to_state(self.pending_batch())
+        return {
+            "version": STATE_VERSION,
+            "selection_mode": self.selection_mode,
+            "beta_value": self.sift_config.beta_value,
+            "loss_history_length": self.sift_config.loss_history_length,
+            "sift_state": {k: v.detach().cpu() for k, v in self.sifter.state.tensors().items()},
+            "counts": self.counts.as_dict(),
+            "delay_progress": self._delay_progress,
+            "epoch": self._epoch,
+            "epoch_in_progress": self._epoch_in_progress,
+            "source_batches_consumed": self._consumed,
+            "batch_size": self._batch_size,
+            "pending": pending,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a ``state_dict()``; the next iteration continues where it was taken.
+
+        Mid-epoch, the next ``iter()`` skips the source batches the checkpoint had already
+        consumed (they are still loaded, not scored), so the source loader must produce the
+        same order again (e.g. a seeded sampler with ``set_epoch``). ``beta_value`` may
+        differ from the checkpoint's; the selection mode and history length may not.
+        """
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise ValueError(f"not a SiftingDataloader state (version {STATE_VERSION} expected)")
+        for key in ("selection_mode", "loss_history_length"):
+            mine = getattr(self.sift_config, key)
+            if state[key] != mine:
+                raise ValueError(f"checkpoint has {key}={state[key]!r} but this loader's config has {mine!r}")
+        device = self.backend.device
+        self.sifter.state = SiftState(**{k: v.to(device) for k, v in state["sift_state"].items()})
+        self.counts = SiftingCounts(**state["counts"])
+        self._delay_progress = int(state["delay_progress"])
+        self._epoch = int(state["epoch"])
+        self._batch_size = state["batch_size"]
+        if self._batch_size is not None and isinstance(self.batch_transforms, DefaultBatchTransform):
+            self.batch_transforms.nominal_batch_size = self._batch_size
+        self._epoch_in_progress = bool(state["epoch_in_progress"])
+        self._consumed = int(state["source_batches_consumed"])
+        self._resume_skip = self._consumed if self._epoch_in_progress else None
+        self._accumulator = BatchAccumulator()
+        self._staging = None
+        self._restored = PendingSamples(state["pending"]) if state["pending"] is not None else None
+        self._iteration_token += 1  # iterators started before loading are void
+        restored = self._restored.size if self._restored is not None else 0
+        if restored != self.counts.num_samples_pending:
+            raise ValueError(
+                f"inconsistent checkpoint: {restored} pending samples saved, counts say "
+                f"{self.counts.num_samples_pending}"
+            )
+
+    def _reinsert_restored(self, transformed: SiftingBatch, staged: bool) -> None:
+        """Put restored pending samples back, ahead of anything kept from now on."""
+        batch = self._restored.bind(transformed)
+        self._restored = None
+        if staged:
+            self._staging.preload(batch_to_device(batch, self.backend.device))
+        else:
+            self._accumulator.add(batch)
+
     # -- inspection ----------------------------------------------------------------------
 
     @property
     def num_pending(self) -> int:
         """Kept samples waiting for a full batch (carried into the next epoch)."""
-        return len(self._accumulator) + (len(self._staging) if self._staging is not None else 0)
+        restored = self._restored.size if self._restored is not None else 0
+        return len(self._accumulator) + (len(self._staging) if self._staging is not None else 0) + restored
 
     def pending_batch(self) -> Optional[SiftingBatch]:
-        """The kept samples not yet emitted, as one ``SiftingBatch`` (None if none)."""
+        """The kept samples not yet emitted, as one ``SiftingBatch`` (None if none).
+
+        Right after ``load_state_dict()`` and before the first scored batch, restored
+        samples have no container types yet; they are reported through the checkpoint.
+        """
         if self._staging is not None and len(self._staging):
             return self._staging.pending_batch()
         pieces = self._accumulator.pending()

@@ -327,3 +327,25 @@ def test_nonfinite_losses_on_xla_are_kept_and_not_recorded():
     assert 5 in kept and 77 in kept
     assert torch.isfinite(loader.sifter.state.history.cpu()).all()
     assert loader.metrics()["device_num_nonfinite"] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("save_on,load_on", [("xla", "xla"), ("cpu", "xla"), ("xla", "cpu")])
+def test_resume_across_backends(mode, save_on, load_on):
+    """Stopped after emitted batch k, saved, loaded on the same or the other backend: the
+    rest of the run equals the uninterrupted eager run."""
+    from tests.neuron_sift.dataloader.test_state_dict import make, roundtrip, run
+
+    def device(name):
+        return torch_xla.device() if name == "xla" else torch.device("cpu")
+
+    full, _ = run(*make(mode))
+    for stop in (1, 7, 15):
+        loader, sampler = make(mode, device=device(save_on))
+        first, epoch = run(loader, sampler, stop_after=stop)
+        state = roundtrip(loader.state_dict())
+        resumed, sampler2 = make(mode, device=device(load_on))
+        resumed.load_state_dict(state)
+        rest, _ = run(resumed, sampler2, start_epoch=epoch)
+        assert first + rest == full, (stop, save_on, load_on)
