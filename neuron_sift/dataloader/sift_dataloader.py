@@ -125,6 +125,9 @@ class SiftingDataloader:
     ``log_batch_data`` (log per-batch losses and kept indices; costly, for pilot runs),
     ``batch_format_index`` (0: indexed by sample, 1: by feature; settles ambiguous lists).
     ``backend`` (neuron_sift addition): ``"eager"``, ``"xla"`` or None to follow the model.
+    ``log_batch_contents`` (neuron_sift addition): also log each emitted batch's contents;
+    ``log_batch_data`` alone logs losses and indices, never sample contents. The library
+    writes nothing to disk or network: logs go to the ``logging`` handlers you configure.
     """
 
     def __init__(
@@ -138,6 +141,7 @@ class SiftingDataloader:
         batch_format_index: Optional[int] = None,
         *,
         backend: Optional[str] = None,
+        log_batch_contents: bool = False,
     ):
         self.sift_config = coerce_sift_config(sift_config)
         if orig_dataloader is None or not hasattr(orig_dataloader, "__iter__"):
@@ -151,6 +155,9 @@ class SiftingDataloader:
         if not isinstance(log_batch_data, bool):
             raise TypeError(f"log_batch_data must be a bool, got {type(log_batch_data).__name__}")
         self.log_batch_data = log_batch_data
+        if not isinstance(log_batch_contents, bool):
+            raise TypeError(f"log_batch_contents must be a bool, got {type(log_batch_contents).__name__}")
+        self.log_batch_contents = log_batch_contents
         self._planning_loader = underlying_dataloader(orig_dataloader)
         nominal = getattr(self._planning_loader, "batch_size", None)
         self._batch_size: Optional[int] = nominal if isinstance(nominal, int) and nominal > 0 else None
@@ -232,7 +239,7 @@ class SiftingDataloader:
             if base.repeat_delay_per_epoch:
                 self._delay_progress = 0
         self._epoch_in_progress = True
-        for index, source in enumerate(self.orig_dataloader):
+        for index, source in self._source_batches():
             if index < skip:  # resuming mid-epoch: these were consumed before the checkpoint
                 continue
             if token != self._iteration_token:
@@ -253,6 +260,25 @@ class SiftingDataloader:
             yield from self._sift_source_batch(source, index)
         if token == self._iteration_token:
             self._epoch_in_progress = False
+
+    def _source_batches(self) -> Iterator[Any]:
+        """``enumerate(orig_dataloader)``, with a note on errors saying which batch failed.
+
+        The source loader's own exception (its type and traceback, e.g. a worker's error
+        re-raised by DataLoader) propagates unchanged apart from the note.
+        """
+        source = iter(self.orig_dataloader)
+        index = 0
+        while True:
+            try:
+                batch = next(source)
+            except StopIteration:
+                return
+            except Exception as exc:
+                exc.add_note(f"neuron_sift: while loading source batch {index} of epoch {self._epoch} from orig_dataloader")
+                raise
+            yield index, batch
+            index += 1
 
     def _count_delayed(self, source: Any, index: int) -> int:
         try:
@@ -354,6 +380,8 @@ class SiftingDataloader:
                 logger.info("num_orig_samples_kept: %d", c.num_orig_samples_kept)
                 logger.info("Batch size for next sifted batch: %d", len(batch))
                 logger.info("sifted_batch_creation_latency: %.6f", time.perf_counter() - start)
+            if self.log_batch_contents:  # explicit opt-in: sample contents in the log
+                logger.info("emitted_batch: %r", out_batch)
             yield out_batch
             start = time.perf_counter()
 
