@@ -66,16 +66,33 @@ def _array_row_counts(x: Any) -> List[int]:
     return []
 
 
+def _holds_samples(x: Any, n: int) -> bool:
+    """Whether ``x`` can be read as a field holding ``n`` samples (recursively)."""
+    if isinstance(x, torch.Tensor) or _is_array(x):
+        return x.ndim >= 1 and int(x.shape[0]) == n
+    if isinstance(x, Mapping):
+        return len(x) > 0 and all(_holds_samples(v, n) for v in x.values())
+    if isinstance(x, (list, tuple)):
+        return len(x) == n or (len(x) > 0 and all(_holds_samples(e, n) for e in x))
+    return False
+
+
 def _dim1_size(batch: Any) -> Optional[int]:
-    """The common leading size of the elements of a list/tuple, or dimension 1 of a tensor."""
+    """Samples per field when a list/tuple is read as fields ("dimension 1"), or a tensor's dim 1.
+
+    Candidates come from the tensors nested inside (their dimension 0) and from the
+    elements' lengths; the first candidate that every element holds wins.
+    """
     if isinstance(batch, torch.Tensor) or _is_array(batch):
         return int(batch.shape[1]) if batch.ndim >= 2 else None
     if len(batch) == 0:
         return None
-    sizes = {_leading_size(e) for e in batch}
-    if len(sizes) != 1:
-        return None
-    return sizes.pop()
+    rows = sorted(set(_array_row_counts(batch)))
+    lengths = sorted({_leading_size(e) for e in batch} - {None} - set(rows))
+    for candidate in rows + lengths:
+        if all(_holds_samples(e, candidate) for e in batch):
+            return candidate
+    return None
 
 
 def _rebuild_sequence(template: Any, items: List[Any]) -> Any:
@@ -326,7 +343,11 @@ class DefaultBatchTransform(SiftingBatchTransform):
         b = self.nominal_batch_size
         fmt: Optional[int] = None
         if b is not None:
-            m0, m1 = d0 == b, d1 == b
+            m0 = d0 == b
+            if is_tensor:
+                m1 = d1 == b
+            else:
+                m1 = len(batch) > 0 and all(_holds_samples(e, b) for e in batch)
             if m0 and m1:
                 raise UnsupportedDataFormatException(
                     "Both dimension 0 and dimension 1 match batch size "
@@ -374,16 +395,16 @@ class DefaultBatchTransform(SiftingBatchTransform):
         if isinstance(value, (list, tuple)):
             d1 = _dim1_size(value)
             as_samples = len(value) == n
-            as_fields = d1 == n and len(value) > 0
+            as_fields = len(value) > 0 and all(_holds_samples(e, n) for e in value)
             known = self._inner_formats.get(path)
             if as_samples and as_fields and known is not None:
                 # Ambiguous only now (a short last batch, n x n): keep what an earlier batch showed.
                 as_samples, as_fields = known == SAMPLE_MAJOR, known == FEATURE_MAJOR
             if as_samples and as_fields:
-                raise UnsupportedDataFormatException(
-                    f"Both dimension 0 and dimension 1 match batch size ({n}) in field {path}; "
-                    "pass batch_transforms to say how it is indexed"
-                )
+                # Nested and ambiguous (n elements that each hold n samples): read it as fields,
+                # which is what default_collate makes of nested sequences; a list of samples
+                # inside a batch holds samples that are not themselves batched (strings, objects).
+                as_samples = False
             if as_samples:
                 self._inner_formats[path] = SAMPLE_MAJOR
                 leaves.append(_Leaf(value))

@@ -162,7 +162,7 @@ class SiftingDataloader:
         nominal = getattr(self._planning_loader, "batch_size", None)
         self._batch_size: Optional[int] = nominal if isinstance(nominal, int) and nominal > 0 else None
         if batch_transforms is None:
-            self.batch_transforms = DefaultBatchTransform(self._batch_size, batch_format_index)
+            self.batch_transforms = DefaultBatchTransform(self._first_batch_size(), batch_format_index)
         else:
             for name in ("transform", "reverse_transform"):
                 if not callable(getattr(batch_transforms, name, None)):
@@ -187,6 +187,20 @@ class SiftingDataloader:
         # Host seconds and calls per phase: transform, calculate_relevance_values (the
         # user's scoring forward), should_sift, sift, accumulate, reverse_transform.
         self.timings: dict = {}
+
+    def _first_batch_size(self) -> Optional[int]:
+        """Samples in the source loader's first batch: the batch size, or fewer when the
+        whole dataset is smaller (then that single batch is short). Used to tell which
+        dimension of a list holds the samples."""
+        b = self._batch_size
+        sampler = getattr(self._planning_loader, "sampler", None)
+        try:
+            n = len(sampler) if sampler is not None else None
+        except TypeError:
+            n = None
+        if b is not None and n is not None and 0 < n < b and not getattr(self._planning_loader, "drop_last", False):
+            return n
+        return b
 
     # -- public properties -------------------------------------------------------------
 
@@ -547,7 +561,7 @@ class SiftingDataloader:
         self._epoch = int(state["epoch"])
         self._batch_size = state["batch_size"]
         if self._batch_size is not None and isinstance(self.batch_transforms, DefaultBatchTransform):
-            self.batch_transforms.nominal_batch_size = self._batch_size
+            self.batch_transforms.nominal_batch_size = self._first_batch_size()
         self._epoch_in_progress = bool(state["epoch_in_progress"])
         self._consumed = int(state["source_batches_consumed"])
         self._resume_skip = self._consumed if self._epoch_in_progress else None
