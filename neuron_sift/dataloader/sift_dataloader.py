@@ -25,6 +25,7 @@ from neuron_sift.data_model.default_batch import DefaultBatchTransform, DefaultS
 from neuron_sift.dataloader.accumulator import BatchAccumulator
 from neuron_sift.dataloader.checkpoint import STATE_VERSION, PendingSamples, pending_to_state, to_cpu
 from neuron_sift.dataloader.device_staging import DeviceStaging, batch_to_device, has_host_leaves, pad_batch
+from neuron_sift.distributed import RankGroup
 from neuron_sift.engine.sifter import Sifter
 from neuron_sift.engine.state import SiftState
 from neuron_sift.exceptions import LossOutputException, UnsupportedDataFormatException
@@ -142,6 +143,7 @@ class SiftingDataloader:
         *,
         backend: Optional[str] = None,
         log_batch_contents: bool = False,
+        distributed: Optional[bool] = None,
     ):
         self.sift_config = coerce_sift_config(sift_config)
         if orig_dataloader is None or not hasattr(orig_dataloader, "__iter__"):
@@ -173,7 +175,14 @@ class SiftingDataloader:
             self.batch_transforms = batch_transforms
         self.batch_format_index = batch_format_index
         self.backend = resolve_backend(model_device(model), backend)
-        self.sifter = Sifter(self.sift_config, self.backend)
+        self.ranks = RankGroup(distributed, self.backend.device)
+        self.sifter = Sifter(self.sift_config, self.backend, self.ranks)
+        # Probabilistic mode under torch.distributed: ranks agree on how many batches to emit
+        # every `_sync_every` scored source batches (about once per emitted batch) and at the
+        # end of each epoch, with one all-reduce(MIN) of one int64.
+        self._coordinated = self.ranks.active and self.sift_config.selection_mode == "probabilistic"
+        self._sync_every = max(1, int(1.0 + self.sift_config.beta_value))
+        self._since_sync = 0
         self.counts = SiftingCounts()
         self._accumulator = BatchAccumulator()
         self._staging: Optional[DeviceStaging] = None
@@ -273,6 +282,8 @@ class SiftingDataloader:
                 continue
             yield from self._sift_source_batch(source, index)
         if token == self._iteration_token:
+            if self._coordinated:  # last agreement of the epoch: every rank ends on the same count
+                yield from self._emit(self._staging is not None, time.perf_counter(), end_of_epoch=True)
             self._epoch_in_progress = False
 
     def _source_batches(self) -> Iterator[Any]:
@@ -381,10 +392,38 @@ class SiftingDataloader:
             logger.info("relevance_values: %s", values.tolist())
             logger.info("relevance_values_kept: %s", values[indices].tolist())
             logger.info("kept_indices: %s", indices)
-        while True:
-            batch = self._staged_pop() if staged else self._accumulator.pop(b)
+        yield from self._emit(staged, start)
+
+    def _emission_budget(self, end_of_epoch: bool) -> Optional[int]:
+        """How many full batches may be emitted now; None: every ready one.
+
+        Uncoordinated (one process, or fixed mode, where every rank keeps the same count by
+        construction) emits whatever is ready. Coordinated ranks emit only at agreement
+        points, the minimum over ranks of their ready batches; the rest stays pending.
+        """
+        if not self._coordinated:
+            return None
+        if not end_of_epoch:
+            self._since_sync += 1
+            if self._since_sync < self._sync_every:
+                return 0
+        self._since_sync = 0
+        ready = (len(self._staging) if self._staging is not None else len(self._accumulator)) // self._batch_size
+        return self.ranks.min_int(ready)
+
+    def _emit(self, staged: bool, start: float, end_of_epoch: bool = False) -> Iterator[Any]:
+        if self._batch_size is None:
+            return
+        budget = self._emission_budget(end_of_epoch)
+        c = self.counts
+        while budget is None or budget > 0:
+            batch = self._staged_pop() if staged else self._accumulator.pop(self._batch_size)
             if batch is None:
+                if budget:
+                    raise RuntimeError(f"internal error: {budget} agreed batches could not be cut")
                 return
+            if budget is not None:
+                budget -= 1
             out_batch = self._timed("reverse_transform", self.batch_transforms.reverse_transform, batch)
             c.num_samples_emitted += len(batch)
             c.num_samples_pending -= len(batch)
@@ -537,6 +576,9 @@ class SiftingDataloader:
             "epoch_in_progress": self._epoch_in_progress,
             "source_batches_consumed": self._consumed,
             "batch_size": self._batch_size,
+            "rank": self.ranks.rank,
+            "world_size": self.ranks.world_size,
+            "since_sync": self._since_sync,
             "pending": pending,
         }
 
@@ -550,6 +592,12 @@ class SiftingDataloader:
         """
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise ValueError(f"not a SiftingDataloader state (version {STATE_VERSION} expected)")
+        if (state.get("rank", 0), state.get("world_size", 1)) != (self.ranks.rank, self.ranks.world_size):
+            raise ValueError(
+                f"checkpoint was taken on rank {state.get('rank')} of {state.get('world_size')}, this loader is rank "
+                f"{self.ranks.rank} of {self.ranks.world_size}: each rank must load its own state"
+            )
+        self._since_sync = int(state.get("since_sync", 0))
         for key in ("selection_mode", "loss_history_length"):
             mine = getattr(self.sift_config, key)
             if state[key] != mine:

@@ -1,10 +1,11 @@
 """The engine object: owns the device state and turns per-sample losses into selections."""
 
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
 from neuron_sift.backends.base import Backend
+from neuron_sift.distributed import RankGroup
 from neuron_sift.engine.state import SiftState
 from neuron_sift.engine.step import StepOutput, sift_step
 from neuron_sift.exceptions import SiftConfigValidationException
@@ -20,12 +21,17 @@ class Sifter:
     separate, explicit call so the loader decides whether a host read happens at all.
     """
 
-    def __init__(self, config: RelativeProbabilisticSiftConfig, backend: Backend):
+    def __init__(self, config: RelativeProbabilisticSiftConfig, backend: Backend, ranks: Optional[RankGroup] = None):
         self.config = config
         self.backend = backend
         self.mode = config.selection_mode
+        self.ranks = ranks
         seed = config.seed if config.seed is not None else torch.initial_seed()
+        if ranks is not None and ranks.active:
+            # Ranks usually share one seed; their draws must still be independent.
+            seed = int(seed) * 1_000_003 + 7919 * (ranks.rank + 1)
         self.state = SiftState.create(config.loss_history_length, int(seed) % _MAX_SEED, backend.device)
+        self.global_history = bool(config.global_loss_history and ranks is not None and ranks.active)
         self._beta = backend.upload([config.beta_value], torch.float32)[0]
 
     def fixed_keep_count(self, batch_size: int) -> int:
@@ -52,7 +58,17 @@ class Sifter:
         k = self.fixed_keep_count(rows) if fixed else 1
         n_take = self.rows_taken(n_valid, rows) if fixed else 0
         per_batch = self.backend.upload([n_valid, n_take], torch.int64)
-        self.state, out = sift_step(self.state, losses, per_batch[0], self._beta, self.mode, k, per_batch[1])
+        shared_losses = shared_valid = None
+        if self.global_history:
+            # One all-gather of W x (P + 1) float32 per source batch: losses and valid count.
+            mine = torch.cat([losses.to(torch.float32), per_batch[:1].to(torch.float32)])
+            gathered = self.ranks.all_gather_rows(mine).view(self.ranks.world_size, rows + 1)
+            shared_losses = gathered[:, :rows].reshape(-1)
+            rows_idx = torch.arange(rows, device=losses.device).unsqueeze(0)
+            shared_valid = (rows_idx < gathered[:, rows:].to(torch.int64)).reshape(-1)
+        self.state, out = sift_step(
+            self.state, losses, per_batch[0], self._beta, self.mode, k, per_batch[1], shared_losses, shared_valid
+        )
         return out
 
     def read_selection(self, out: StepOutput) -> Tuple[List[int], int]:

@@ -50,7 +50,12 @@ def sift_step(
     mode: str,
     k: int,
     n_take: torch.Tensor,
+    shared_losses: Optional[torch.Tensor] = None,
+    shared_valid: Optional[torch.Tensor] = None,
 ) -> Tuple[SiftState, StepOutput]:
+    """One source batch. ``shared_losses``/``shared_valid`` (``[W * P]``, every rank's
+    padded losses in rank order) make the history global: this rank's losses are ranked
+    against it, and all ranks' losses are recorded, so every rank holds the same history."""
     p_rows = losses.shape[0]
     device = losses.device
     losses = losses.to(torch.float32)
@@ -73,6 +78,11 @@ def sift_step(
     else:
         raise ValueError(f"unknown selection mode {mode!r}")
     out = StepOutput(order=order, count=count, keep=keep, percentiles=pct, num_nonfinite=num_nonfinite)
+    if shared_losses is not None:
+        shared_losses = shared_losses.to(torch.float32)
+        shared_finite = torch.isfinite(shared_losses)
+        record = shared_valid & shared_finite
+        safe = torch.where(shared_finite, shared_losses, torch.zeros_like(shared_losses))
     history, pos, fill = ring_buffer_update(state.history, state.pos, state.fill, safe, record)
     new_state = SiftState(
         history=history,

@@ -113,6 +113,9 @@ class RelativeProbabilisticSiftConfig:
     ``seed`` (neuron_sift addition): seed of the selection draws; ``None`` takes
     ``torch.initial_seed()`` when the loader is built, so ``torch.manual_seed`` makes runs
     repeatable.
+    ``global_loss_history`` (neuron_sift addition): under ``torch.distributed``, rank each
+    loss against the recent losses of all ranks (one all-gather of the batch's losses per
+    source batch), so selection does not depend on how data was partitioned.
     """
 
     beta_value: float
@@ -120,6 +123,7 @@ class RelativeProbabilisticSiftConfig:
     loss_based_sift_config: Union[LossConfig, Mapping[str, Any]] = field(default_factory=LossConfig)
     selection_mode: str = "probabilistic"
     seed: Optional[int] = None
+    global_loss_history: bool = False
 
     def __post_init__(self) -> None:
         owner = "RelativeProbabilisticSiftConfig"
@@ -143,6 +147,7 @@ class RelativeProbabilisticSiftConfig:
             _fail(owner, "selection_mode", f"expected one of {SELECTION_MODES}, got {self.selection_mode!r}")
         if self.seed is not None:
             _check_int(owner, "seed", self.seed, 0)
+        _check_bool(owner, "global_loss_history", self.global_loss_history)
 
     @classmethod
     def from_dict(cls, value: Mapping[str, Any]) -> "RelativeProbabilisticSiftConfig":
