@@ -29,7 +29,7 @@ setup(
     extras_require={
         # torch-xla's wheel is built against one torch release and declares no torch dependency.
         "xla": ["torch==2.9.0", "torch-xla==2.9.0"],
-        "test": ["pytest>=7", "hypothesis>=6", "numpy>=1.24", "transformers>=4.40,<6"],
+        "test": ["pytest>=7", "hypothesis>=6", "numpy>=1.24", "transformers>=4.40,<6", "accelerate>=1.1,<2", "lightning>=2.2,<3", "tensorboard>=2.14,<3"],
         # Neuron (torch-neuronx, neuronx-cc) is published only on AWS's repository; see README.
     },
 )

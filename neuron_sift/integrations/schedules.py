@@ -1,0 +1,213 @@
+"""Lengths for learning-rate schedules and for trainers that plan from ``len()``.
+
+``SiftingDataloader.__len__`` covers the next epoch: exact in ``fixed`` mode, the
+expected count in ``probabilistic`` mode. A schedule spans many epochs, and the epochs of
+a sifted loader differ in length (the ``sift_delay`` batches pass through unsifted in the
+first epoch only, and kept samples not yet emitted carry over into the next epoch), so
+``len(loader) * epochs`` is not the number of steps a run takes. Here:
+
+- ``epoch_plan(loader, epochs)``: the batches each of the next ``epochs`` epochs emits;
+  exact in ``fixed`` mode, expected in ``probabilistic`` mode. ``epoch_plan(loader, 1)[0]
+  == len(loader)``.
+- ``planned_steps(loader, epochs, sigmas=0.0)``: their sum, optionally plus ``sigmas``
+  standard deviations of the probabilistic count (a planning bound).
+- ``ExactLengthLoader(loader, epochs=E)``: a view of the sifted stream in which every epoch
+  is exactly ``len()`` batches long, in either mode, so a schedule or a trainer sized from
+  ``len()`` ends exactly at its planned end. Epochs are then equal shares of the sifted
+  stream rather than passes over the source data (see the class).
+"""
+
+import math
+from typing import Any, Iterator, List, Optional
+
+from neuron_sift.dataloader.sift_dataloader import SiftingDataloader, underlying_dataloader
+
+
+def as_sifting_dataloader(loader: Any) -> SiftingDataloader:
+    """The ``SiftingDataloader`` itself, or the one inside an ``ExactLengthLoader``."""
+    if isinstance(loader, SiftingDataloader):
+        return loader
+    inner = getattr(loader, "sifting_dataloader", None)
+    if isinstance(inner, SiftingDataloader):
+        return inner
+    raise TypeError(f"expected a SiftingDataloader (or an ExactLengthLoader around one), got {type(loader).__name__}")
+
+
+def _round_half_up(x: float) -> int:
+    return int(math.floor(x + 0.5))
+
+
+def _plan(loader: Any, epochs: int):
+    """Per-epoch batch counts and the number of sifted (scored) source samples, for ``epochs`` epochs.
+
+    Mirrors ``SiftingDataloader.estimated_length`` (same counting rules and rounding) and
+    carries its state (delay progress, pending samples) from one planned epoch to the next.
+    Call it between epochs: it plans whole epochs from a fresh start.
+    """
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
+    sl = as_sifting_dataloader(loader)
+    sizes = sl._source_batch_sizes()  # raises TypeError when the source loader has no planned length
+    b = sl.batch_size
+    config = sl.sift_config
+    base = config.base_config
+    expected = sl.selection_mode != "fixed"
+    if not expected and sizes:
+        sl.sifter.fixed_keep_count(b)  # raises if a full batch would keep nothing
+    share = 1.0 / (1.0 + config.beta_value)
+    delay_progress = int(getattr(sl, "_delay_progress", 0))
+    pending = float(sl.num_pending)
+    plan: List[int] = []
+    sifted_samples = 0
+    for _ in range(epochs):
+        if base.repeat_delay_per_epoch:
+            delay_progress = 0
+        batches = 0
+        for n in sizes:
+            if delay_progress < base.sift_delay:
+                delay_progress += 1
+                batches += 1
+                continue
+            sifted_samples += n
+            if expected:
+                pending += n * share
+                full = int(pending // b)
+            else:
+                pending += config.fixed_keep_count(n)
+                full = int(pending) // b
+            batches += full
+            pending -= full * b
+        plan.append(batches)
+    return plan, sifted_samples
+
+
+def epoch_plan(loader: Any, epochs: int = 1) -> List[int]:
+    """Batches emitted by each of the next ``epochs`` epochs of ``loader``.
+
+    Exact in ``fixed`` mode; in ``probabilistic`` mode the expected counts (kept share
+    ``1 / (1 + beta)`` of every sifted sample). Accounts for ``sift_delay`` (and
+    ``repeat_delay_per_epoch``) and for kept samples carried from one epoch to the next.
+    Raises ``TypeError`` when the source loader has no length.
+    """
+    return _plan(loader, epochs)[0]
+
+
+def planned_steps_std(loader: Any, epochs: int = 1) -> float:
+    """Standard deviation, in batches, of the emitted count over the next ``epochs`` epochs.
+
+    0 in ``fixed`` mode. In ``probabilistic`` mode each sifted sample is kept with marginal
+    probability ``s = 1 / (1 + beta)`` when its loss percentile is uniform over the history
+    (losses exchangeable within the history window), so n sifted samples keep
+    ``n * s +- sqrt(n * s * (1 - s))``. While the loss falls fast relative to the history
+    window, new losses rank low and fewer samples than that are kept.
+    """
+    sl = as_sifting_dataloader(loader)
+    if sl.selection_mode == "fixed":
+        return 0.0
+    _, sifted = _plan(loader, epochs)
+    s = 1.0 / (1.0 + sl.sift_config.beta_value)
+    return math.sqrt(sifted * s * (1.0 - s)) / sl.batch_size
+
+
+def planned_steps(loader: Any, epochs: int = 1, *, sigmas: float = 0.0) -> int:
+    """Training steps (emitted batches) of the next ``epochs`` epochs of ``loader``.
+
+    ``fixed`` mode: exact. ``probabilistic`` mode: the expected count plus ``sigmas``
+    standard deviations (``planned_steps_std``), rounded up; ``sigmas=4`` gives a count the
+    run exceeds only rarely (e.g. ``OneCycleLR(total_steps=...)``, which raises when
+    stepped past its end), a negative ``sigmas`` a count it rarely falls short of.
+    """
+    plan, _ = _plan(loader, epochs)
+    total = sum(plan)
+    if sigmas:
+        total += math.ceil(sigmas * planned_steps_std(loader, epochs))
+    return max(total, 0)
+
+
+def _set_source_epoch(source: Any, epoch: int) -> None:
+    """Tell the source loader (or its sampler) which pass over the data starts."""
+    if callable(getattr(source, "set_epoch", None)):
+        source.set_epoch(epoch)
+        return
+    sampler = getattr(underlying_dataloader(source), "sampler", None)
+    if callable(getattr(sampler, "set_epoch", None)):
+        sampler.set_epoch(epoch)
+
+
+class ExactLengthLoader:
+    """Every epoch yields exactly ``len(self)`` sifted batches, in either selection mode.
+
+    Wraps a ``SiftingDataloader`` and reads its batches as one continuous stream: an epoch
+    takes the next ``steps_per_epoch`` batches, continuing the current pass over the source
+    data or starting a new one when the current pass is used up. Nothing is dropped or
+    repeated, and no pass is cut short: an epoch that ends mid-pass leaves the rest of the
+    pass to the next epoch. ``steps_per_epoch`` defaults to the planned steps of ``epochs``
+    passes divided by ``epochs`` (rounded), so ``epochs`` epochs of this loader take
+    ``epochs * len()`` batches, within ``epochs / 2`` of the planned batches of ``epochs``
+    passes, and a schedule built from ``len(loader) * epochs`` ends exactly at its planned
+    end. An epoch abandoned by its consumer is continued by the next one. Each new pass calls
+    ``set_epoch(pass_index)`` on the source loader (or its sampler) when it has one, so
+    a shuffling sampler reshuffles per pass.
+
+    An epoch ends early only when a whole pass over the source data yields no sample at
+    all (an empty source loader).
+    """
+
+    length_is_exact = True
+
+    def __init__(self, loader: Any, steps_per_epoch: Optional[int] = None, *, epochs: int = 1):
+        self.sifting_dataloader = as_sifting_dataloader(loader)
+        if steps_per_epoch is None:
+            steps_per_epoch = max(1, _round_half_up(planned_steps(self.sifting_dataloader, epochs) / epochs))
+        if isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, int) or steps_per_epoch < 1:
+            raise ValueError(f"steps_per_epoch must be an int >= 1, got {steps_per_epoch!r}")
+        self.steps_per_epoch = steps_per_epoch
+        self.passes = 0  # passes over the source data started so far
+        self._stream: Optional[Iterator[Any]] = None
+        self._pass_seen_before = 0
+        self._pass_emitted = 0
+
+    def __len__(self) -> int:
+        return self.steps_per_epoch
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._epoch()
+
+    def _epoch(self) -> Iterator[Any]:
+        yielded = 0
+        while yielded < self.steps_per_epoch:
+            if self._stream is None:
+                _set_source_epoch(self.sifting_dataloader.orig_dataloader, self.passes)
+                self.passes += 1
+                self._stream = iter(self.sifting_dataloader)
+                self._pass_seen_before = self.sifting_dataloader.counts.num_orig_samples_seen
+                self._pass_emitted = 0
+            try:
+                batch = next(self._stream)
+            except StopIteration:
+                self._stream = None
+                seen = self.sifting_dataloader.counts.num_orig_samples_seen
+                if self._pass_emitted == 0 and seen == self._pass_seen_before:
+                    return  # the source loader is empty: nothing can ever be emitted
+                continue
+            self._pass_emitted += 1
+            yielded += 1
+            yield batch
+
+    # -- pass-through for trainers and metrics ---------------------------------------------
+
+    @property
+    def batch_size(self) -> Optional[int]:
+        return self.sifting_dataloader.batch_size
+
+    @property
+    def dataset(self) -> Any:
+        """The source loader's dataset (a trainer counts examples with it)."""
+        return getattr(underlying_dataloader(self.sifting_dataloader.orig_dataloader), "dataset", None)
+
+    @property
+    def counts(self):
+        return self.sifting_dataloader.counts
+
+    def metrics(self) -> dict:
+        return self.sifting_dataloader.metrics()

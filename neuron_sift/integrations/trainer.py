@@ -1,0 +1,236 @@
+"""``enable_sifting``: make a Hugging Face ``transformers.Trainer`` train on sifted batches.
+
+smart_sifting's ``integrations.trainer.enable_sifting(trainer, sift_config, loss,
+set_epochs=None)``, with the same call. What it does to ``trainer``:
+
+- ``trainer.get_train_dataloader`` is wrapped: the Trainer first builds its own training
+  DataLoader as usual (its sampler, collator, ``accelerator.prepare``: device placement,
+  per-rank sharding, or ``MpDeviceLoader`` on XLA), then that loader becomes the source of
+  a ``SiftingDataloader`` scoring with ``trainer.model``, wrapped in an
+  ``ExactLengthLoader``. Evaluation and prediction loaders are not touched.
+- The Trainer plans ``max_steps`` from ``len(train_dataloader) * num_train_epochs``. The
+  ``ExactLengthLoader`` makes that length exact: each Trainer epoch is exactly
+  ``len(train_dataloader)`` sifted batches (the planned batches of ``num_train_epochs``
+  passes over the data, divided by ``num_train_epochs``), continuing into the next pass
+  where a pass is longer or shorter. So the Trainer runs exactly the optimizer steps it
+  planned, its learning-rate schedule ends exactly at its end, no Trainer epoch stops a
+  pass half-way, and every data-parallel rank (planning the same length) runs the same
+  number of steps even in ``probabilistic`` mode. The run takes ``num_train_epochs *
+  len()`` batches, within ``num_train_epochs / 2`` of the planned batches of
+  ``num_train_epochs`` passes.
+- ``trainer.sifting_dataloader`` is the ``SiftingDataloader`` of the current ``train()``
+  (None before), for ``counts``, ``metrics()`` and ``neuron_sift.metrics.collect_metrics``.
+- With ``log_metrics=True`` (default), every training log of the Trainer (each
+  ``logging_steps`` and the final one) also carries the sifting scalars as
+  ``sifting/<name>`` (see ``SiftingMetrics.scalars``): they reach ``state.log_history`` and
+  every ``report_to`` integration (TensorBoard included).
+
+``set_epochs`` (smart_sifting: without a length the Trainer demanded ``max_steps``; with
+``set_epochs`` it trained for ``num_train_epochs``):
+
+- ``None`` or ``False``: the Trainer's arguments decide. ``max_steps > 0`` trains that many
+  optimizer steps (the sifted stream continues over as many passes as needed); otherwise
+  it trains ``num_train_epochs`` epochs, since the sifted loader has a length.
+- ``True``: train ``args.num_train_epochs`` epochs; a ``max_steps`` set in the arguments is
+  reset to -1 (ignored).
+- an int ``n >= 1``: ``args.num_train_epochs = n``, and ``max_steps`` is ignored as above.
+
+Resuming a Trainer run mid-epoch from a checkpoint is not supported with sifting.
+"""
+
+import logging
+import math
+import numbers
+from typing import Any, Optional
+
+from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
+from neuron_sift.integrations.schedules import ExactLengthLoader, _round_half_up, epoch_plan
+from neuron_sift.loss.abstract_sift_loss_module import resolve_loss_fn
+from neuron_sift.sift_config.sift_configs import coerce_sift_config
+
+logger = logging.getLogger(__name__)
+
+_MAX_PLANNED_PASSES = 10_000
+
+
+def _check_set_epochs(set_epochs: Any) -> Optional[int]:
+    """None (arguments decide), 0 meaning 'the arguments' num_train_epochs', or n >= 1."""
+    if set_epochs is None or set_epochs is False:
+        return None
+    if set_epochs is True:
+        return 0
+    if isinstance(set_epochs, numbers.Integral) and set_epochs >= 1:
+        return int(set_epochs)
+    raise ValueError(f"set_epochs must be None, a bool or an int >= 1, got {set_epochs!r}")
+
+
+class _Sized:
+    """A stand-in sampler that only has a length (what the loader plans with)."""
+
+    def __init__(self, n: int):
+        self._n = n
+
+    def __len__(self) -> int:
+        return self._n
+
+
+class TrainerSource:
+    """The Trainer's prepared train loader, with the batch size and sample count to plan with.
+
+    ``accelerator.prepare`` returns a ``DataLoaderShard`` (an adapter built from a batch
+    sampler, so its ``batch_size`` is None), or on XLA an ``MpDeviceLoaderWrapper`` around
+    one. Iteration, ``len()`` and ``set_epoch`` go to the prepared loader unchanged; this
+    object only adds, from its batch sampler, the per-process batch size, the number of
+    samples per process (every batch full when sharded over several processes, as
+    accelerate's default ``even_batches`` makes them) and ``drop_last``.
+    """
+
+    def __init__(self, prepared: Any):
+        self.prepared = prepared
+        inner = prepared
+        for _ in range(8):
+            if getattr(inner, "batch_sampler", None) is not None or not hasattr(inner, "_loader"):
+                break
+            inner = inner._loader
+        batch_sampler = getattr(inner, "batch_sampler", None)
+        b = getattr(inner, "batch_size", None) or getattr(batch_sampler, "batch_size", None)
+        processes = int(getattr(batch_sampler, "num_processes", 1) or 1)
+        if getattr(batch_sampler, "split_batches", False) and b:
+            b //= processes
+        if not isinstance(b, int) or b < 1:
+            raise TypeError("the Trainer's train loader has no batch size")
+        n_batches = len(prepared)
+        if processes > 1:
+            n_samples = n_batches * b
+            drop_last = True
+        else:
+            sampler = getattr(batch_sampler, "sampler", None)
+            if sampler is None:
+                sampler = getattr(inner, "sampler", None)
+            n_samples = len(sampler)
+            drop_last = bool(getattr(batch_sampler, "drop_last", getattr(inner, "drop_last", False)))
+        self.batch_size = b
+        self.sampler = _Sized(n_samples)
+        self.batch_sampler = batch_sampler
+        self.drop_last = drop_last
+        self.dataset = getattr(inner, "dataset", None)
+
+    def __len__(self) -> int:
+        return len(self.prepared)
+
+    def __iter__(self):
+        return iter(self.prepared)
+
+    def set_epoch(self, epoch: int) -> None:
+        if callable(getattr(self.prepared, "set_epoch", None)):
+            self.prepared.set_epoch(epoch)
+
+
+def steps_per_epoch_for(args: Any, sifting: SiftingDataloader) -> int:
+    """Batches per Trainer epoch: the planned batches per pass over the data.
+
+    Averaged over ``ceil(num_train_epochs)`` passes, or, with ``max_steps > 0``, over the
+    passes that ``max_steps * gradient_accumulation_steps`` batches take.
+    """
+    if args.max_steps is not None and args.max_steps > 0:
+        needed = args.max_steps * max(int(args.gradient_accumulation_steps), 1)
+        passes = 1
+        while True:
+            plan = epoch_plan(sifting, passes)
+            if sum(plan) >= needed or passes >= _MAX_PLANNED_PASSES:
+                break
+            passes = min(passes * 2, _MAX_PLANNED_PASSES)
+        total = sum(plan)
+    else:
+        passes = max(1, math.ceil(args.num_train_epochs))
+        total = sum(epoch_plan(sifting, passes))
+    return max(1, _round_half_up(total / passes))
+
+
+def enable_sifting(
+    trainer: Any,
+    sift_config: Any,
+    loss: Any,
+    set_epochs: Any = None,
+    *,
+    batch_transforms: Any = None,
+    log_batch_data: bool = False,
+    batch_format_index: Optional[int] = None,
+    backend: Optional[str] = None,
+    log_metrics: bool = True,
+) -> Any:
+    """Make ``trainer`` (a ``transformers.Trainer``) train on sifted batches; returns ``trainer``.
+
+    ``sift_config``: a ``RelativeProbabilisticSiftConfig`` or dict. ``loss``: a ``Loss``
+    scoring the Trainer's own batches (dicts of tensors, already on the Trainer's device)
+    with ``loss(model, transformed_batch, original_batch)`` -> one loss per sample.
+    ``set_epochs``: see the module docstring. The keyword-only arguments are passed to
+    ``SiftingDataloader``; ``log_metrics`` adds the sifting scalars to the Trainer's logs.
+    Calling it again on the same trainer replaces the previous settings.
+    """
+    if not callable(getattr(trainer, "get_train_dataloader", None)) or not hasattr(trainer, "args"):
+        raise TypeError(f"trainer must be a transformers.Trainer, got {type(trainer).__name__}")
+    config = coerce_sift_config(sift_config)
+    resolve_loss_fn(loss)  # fail now, not at the first training step
+    epochs = _check_set_epochs(set_epochs)
+    args = trainer.args
+    if epochs is not None:
+        if epochs >= 1:
+            args.num_train_epochs = epochs
+        if args.max_steps is not None and args.max_steps > 0:
+            logger.info(
+                "enable_sifting(set_epochs=%r): training %s epochs; max_steps=%d is ignored",
+                set_epochs,
+                args.num_train_epochs,
+                args.max_steps,
+            )
+            args.max_steps = -1
+
+    originals = getattr(trainer, "_neuron_sift_originals", None)
+    if originals is None:
+        originals = {"get_train_dataloader": trainer.get_train_dataloader, "log": trainer.log}
+        trainer._neuron_sift_originals = originals
+    build_source = originals["get_train_dataloader"]
+    original_log = originals["log"]
+
+    def get_train_dataloader():
+        prepared = build_source()
+        try:
+            source = TrainerSource(prepared)
+        except TypeError:  # no length (an IterableDataset): the Trainer then needs max_steps
+            source = None
+        sifting = SiftingDataloader(
+            sift_config=config,
+            orig_dataloader=prepared if source is None else source,
+            batch_transforms=batch_transforms,
+            loss_impl=loss,
+            model=trainer.model,
+            log_batch_data=log_batch_data,
+            batch_format_index=batch_format_index,
+            backend=backend,
+        )
+        trainer.sifting_dataloader = sifting
+        if source is None:
+            logger.info("enable_sifting: the train dataset has no length; the Trainer needs max_steps")
+            return sifting
+        loader = ExactLengthLoader(sifting, steps_per_epoch_for(trainer.args, sifting))
+        logger.info(
+            "enable_sifting: %d sifted batches per epoch (%s, %s mode)",
+            len(loader),
+            "exact" if sifting.length_is_exact else "expected",
+            sifting.selection_mode,
+        )
+        return loader
+
+    def log(logs, *log_args, **log_kwargs):
+        sifting = getattr(trainer, "sifting_dataloader", None)
+        if log_metrics and sifting is not None and isinstance(logs, dict) and ("loss" in logs or "train_runtime" in logs):
+            from neuron_sift.metrics.sifting_metrics import collect_metrics
+
+            logs.update(collect_metrics(sifting).scalars(prefix="sifting/"))
+        return original_log(logs, *log_args, **log_kwargs)
+
+    trainer.sifting_dataloader = None
+    trainer.get_train_dataloader = get_train_dataloader
+    trainer.log = log
+    return trainer

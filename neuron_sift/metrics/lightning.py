@@ -1,0 +1,147 @@
+"""``TrainingMetricsRecorder``: smart_sifting's Lightning callback, recording sifting metrics.
+
+Add it to a Lightning ``Trainer`` whose ``LightningModule.train_dataloader()`` returns a
+``SiftingDataloader`` (built with ``model=self``) or an ``ExactLengthLoader`` around one.
+Every ``log_every_n_steps`` training batches and at the end of every training epoch it
+takes a ``SiftingMetrics`` snapshot (``neuron_sift.metrics.collect_metrics``) and sends
+its scalars (seen and kept counts, kept share, loss-history quantiles, sifting latency,
+compile count on XLA) to every logger of the Trainer (``trainer.loggers``: TensorBoard,
+CSV, ...) under ``sifting/``. ``recorder.last`` is the latest snapshot and
+``recorder.records`` every ``(global_step, snapshot)`` taken.
+
+Lightning reads ``len(train_dataloader)`` once and ends every epoch after that many
+batches. A ``SiftingDataloader``'s epochs vary around that length (probabilistic mode;
+and in both modes the delay and the carried-over samples), so an epoch that would emit
+more batches is cut short, and the rest of that pass over the source data is never used.
+The recorder detects this and warns (``recorder.cut_epochs`` lists them); return
+``ExactLengthLoader(loader, epochs=max_epochs)`` from ``train_dataloader()`` to make every
+epoch exactly as long as Lightning expects.
+
+Needs ``lightning`` (or the older ``pytorch_lightning``); ``import neuron_sift`` does not.
+"""
+
+from typing import Any, List, Optional, Sequence, Tuple
+
+try:
+    from lightning.pytorch import Callback
+    from lightning.pytorch.utilities import rank_zero_warn
+except ImportError:  # pragma: no cover - the older package name
+    try:
+        from pytorch_lightning import Callback
+        from pytorch_lightning.utilities import rank_zero_warn
+    except ImportError as exc:
+        raise ImportError(
+            "neuron_sift.metrics.lightning needs PyTorch Lightning: pip install lightning"
+        ) from exc
+
+from neuron_sift.dataloader.sift_dataloader import SiftingDataloader, underlying_dataloader
+from neuron_sift.metrics.sifting_metrics import DEFAULT_QUANTILES, SiftingMetrics, collect_metrics, find_sifting_loader
+
+
+class TrainingMetricsRecorder(Callback):
+    """Lightning callback: logs sifting metrics through the Trainer's loggers.
+
+    ``loader``: the ``SiftingDataloader`` to record (default: found in
+    ``trainer.train_dataloader`` when training starts). ``log_every_n_steps``: record every
+    that many training batches (default: the Trainer's ``log_every_n_steps``); a snapshot
+    is also taken at the end of each training epoch. ``quantiles`` of the loss history to
+    report. ``prefix`` of the logged names.
+    """
+
+    def __init__(
+        self,
+        loader: Any = None,
+        log_every_n_steps: Optional[int] = None,
+        quantiles: Sequence[float] = DEFAULT_QUANTILES,
+        prefix: str = "sifting/",
+    ):
+        super().__init__()
+        if log_every_n_steps is not None and (
+            isinstance(log_every_n_steps, bool) or not isinstance(log_every_n_steps, int) or log_every_n_steps < 1
+        ):
+            raise ValueError(f"log_every_n_steps must be an int >= 1 or None, got {log_every_n_steps!r}")
+        self.loader = loader
+        self.log_every_n_steps = log_every_n_steps
+        self.quantiles = tuple(quantiles)
+        self.prefix = prefix
+        self.records: List[Tuple[int, SiftingMetrics]] = []
+        self.last: Optional[SiftingMetrics] = None
+        self.cut_epochs: List[int] = []
+        self._sifting: Optional[SiftingDataloader] = None
+        self._direct = False
+        self._batches = 0
+        self._epoch_start_sources = 0
+
+    # -- locating the loader -----------------------------------------------------------------
+
+    def _resolve(self, trainer: Any) -> Optional[SiftingDataloader]:
+        target = self.loader if self.loader is not None else trainer.train_dataloader
+        sifting = find_sifting_loader(target)
+        if sifting is None:
+            rank_zero_warn(
+                "TrainingMetricsRecorder: no SiftingDataloader found in the training dataloader; "
+                "nothing will be recorded (pass loader=... or return a SiftingDataloader from train_dataloader())"
+            )
+            return None
+        # Whether Lightning iterates the SiftingDataloader itself (then an epoch is one pass).
+        train = trainer.train_dataloader
+        self._direct = train is sifting or (isinstance(train, (list, tuple)) and any(t is sifting for t in train))
+        if isinstance(train, dict):
+            self._direct = any(t is sifting for t in train.values())
+        return sifting
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self._sifting = self._resolve(trainer)
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        if self._sifting is None:
+            self._sifting = self._resolve(trainer)
+        if self._sifting is not None:
+            self._epoch_start_sources = self._sifting.counts.num_source_batches
+
+    # -- recording ---------------------------------------------------------------------------
+
+    def record(self, trainer: Any) -> Optional[SiftingMetrics]:
+        """Take a snapshot now and send it to the Trainer's loggers (rank zero logs)."""
+        if self._sifting is None:
+            return None
+        metrics = collect_metrics(self._sifting, self.quantiles)
+        step = int(trainer.global_step)
+        self.last = metrics
+        self.records.append((step, metrics))
+        scalars = metrics.scalars(self.prefix)
+        for lg in trainer.loggers:
+            lg.log_metrics(scalars, step=step)
+        return metrics
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self._sifting is None:
+            return
+        self._batches += 1
+        every = self.log_every_n_steps or max(int(getattr(trainer, "log_every_n_steps", 50) or 50), 1)
+        if self._batches % every == 0:
+            self.record(trainer)
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        if self._sifting is None:
+            return
+        self.record(trainer)
+        if self._direct:
+            self._check_epoch_complete(trainer)
+
+    def _check_epoch_complete(self, trainer: Any) -> None:
+        try:
+            n_source = len(underlying_dataloader(self._sifting.orig_dataloader))
+        except TypeError:
+            return
+        used = self._sifting.counts.num_source_batches - self._epoch_start_sources
+        if 0 < used < n_source:
+            epoch = int(trainer.current_epoch)
+            self.cut_epochs.append(epoch)
+            rank_zero_warn(
+                f"TrainingMetricsRecorder: Lightning ended epoch {epoch} after len(train_dataloader) = "
+                f"{trainer.num_training_batches} batches, when the sifted loader had used {used} of its "
+                f"{n_source} source batches; the rest of this pass is skipped. Return "
+                "neuron_sift.integrations.schedules.ExactLengthLoader(loader, epochs=max_epochs) from "
+                "train_dataloader() so that every epoch has exactly the length Lightning expects."
+            )

@@ -1,0 +1,159 @@
+"""``enable_sifting`` with a real ``transformers.Trainer`` training a small BERT (built from a config).
+
+The runs happen in subprocesses (``trainer_scenarios.py``), since transformers and
+accelerate choose torch-xla at import when it is installed: the CPU runs set
+``USE_TORCH_XLA=0`` (Hugging Face's switch), the XLA run trains on torch-xla's CPU device.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.neuron_sift.integrations.readme_examples import example
+
+ROOT = Path(__file__).resolve().parents[3]
+pytestmark = pytest.mark.slow
+
+
+def run_python(args, env_extra, cwd=ROOT, timeout=600):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), **env_extra)
+    done = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"exit {done.returncode}\n--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-8000:]}"
+    return done.stdout
+
+
+def scenarios(which, env_extra):
+    out = run_python(["-m", "tests.neuron_sift.integrations.trainer_scenarios", which], env_extra)
+    (line,) = [x for x in out.splitlines() if x.startswith("RESULTS ")]
+    return json.loads(line[len("RESULTS ") :])
+
+
+@pytest.fixture(scope="module")
+def cpu_runs():
+    return scenarios("cpu", {"USE_TORCH_XLA": "0"})
+
+
+def check_exact_run(r, epochs, grad_accumulation=1):
+    """The Trainer ran exactly the steps it planned from the sifted loader's length."""
+    assert r["loader_type"] == "ExactLengthLoader"
+    assert r["len_loader"] == r["planned_per_epoch"]
+    updates_per_epoch = -(-r["len_loader"] // grad_accumulation)
+    assert r["global_step"] == r["max_steps"] == epochs * updates_per_epoch
+    assert r["state_epoch"] == pytest.approx(epochs)
+    assert r["final_lr"] == 0.0  # the linear schedule ended exactly at its end
+    c = r["counts"]
+    assert c["num_batches_emitted"] == epochs * r["len_loader"]  # every emitted batch was trained on
+    assert c["num_samples_emitted"] == c["num_batches_emitted"] * 8
+    assert c["num_orig_samples_kept"] == c["num_samples_emitted"] + c["num_samples_pending"]
+    assert r["trained"] and r["scored_by_trainer_model"] and r["loss_batch_types"] == ["dict"]
+    assert r["source_type"] == "DataLoaderShard"  # the Trainer's own accelerate-prepared loader is the source
+
+
+def test_fixed_mode_needs_no_max_steps(cpu_runs):
+    r = cpu_runs["fixed_epochs"]
+    assert r["args_max_steps"] == -1 and r["num_train_epochs"] == 3
+    check_exact_run(r, epochs=3)
+    c = r["counts"]
+    # 96 samples, batches of 8, delay 2: passes of 7, 6, 6 batches planned, 6 per Trainer epoch;
+    # the stream covers 3 passes to within 3 / 2 batches.
+    assert c["num_source_batches_delayed"] == 2
+    assert abs(c["num_source_batches"] - 3 * 12) <= 2 * 3
+    assert r["passes"] == 3
+    assert r["eval_loader_type"] == "DataLoaderShard"  # evaluation is not sifted
+    assert r["n_examples"] == 96
+
+
+def test_probabilistic_mode_runs_exactly_the_planned_steps(cpu_runs):
+    r = cpu_runs["probabilistic_epochs"]
+    check_exact_run(r, epochs=2)
+    assert 0.4 < r["kept_share"] < 0.65
+
+
+def test_set_epochs_int_sets_the_epochs_and_ignores_max_steps(cpu_runs):
+    r = cpu_runs["set_epochs_int"]
+    assert r["num_train_epochs"] == 2 and r["args_max_steps"] == -1
+    check_exact_run(r, epochs=2)
+
+
+def test_set_epochs_true_trains_num_train_epochs(cpu_runs):
+    r = cpu_runs["set_epochs_true"]
+    assert r["num_train_epochs"] == 2 and r["args_max_steps"] == -1
+    check_exact_run(r, epochs=2)
+    assert r["kept_share"] == 0.5  # fixed mode, beta 1, no delay
+
+
+def test_max_steps_without_set_epochs_runs_across_passes(cpu_runs):
+    r = cpu_runs["max_steps"]
+    assert r["args_max_steps"] == 7
+    assert r["global_step"] == r["max_steps"] == 7
+    assert r["len_loader"] < 7 and r["passes"] >= 2  # the sifted stream continued into the next pass
+    assert r["counts"]["num_batches_emitted"] == 7
+    assert r["final_lr"] == 0.0
+
+
+def test_gradient_accumulation_counts_optimizer_steps(cpu_runs):
+    r = cpu_runs["grad_accumulation"]
+    check_exact_run(r, epochs=2, grad_accumulation=2)
+    assert r["logged"] == 0  # log_metrics=False
+
+
+def test_sifting_metrics_reach_the_trainer_logs(cpu_runs):
+    r = cpu_runs["fixed_epochs"]
+    assert r["logged"] >= r["global_step"] // 2  # every logging step (2) and the final log
+    for name in ("num_orig_samples_seen", "num_orig_samples_kept", "kept_share", "loss_history_q50",
+                 "machinery_latency", "history_fill"):
+        assert "sifting/" + name in r["logged_keys"]
+    assert r["final_logged_seen"] == r["counts"]["num_orig_samples_seen"]
+    assert r["train_metrics_kept_share"] == pytest.approx(r["kept_share"])
+
+
+def test_dataset_without_length_falls_back_to_max_steps(cpu_runs):
+    r = cpu_runs["iterable_dataset"]
+    assert r["loader_type"] == "SiftingDataloader"  # no length to plan with: the Trainer runs max_steps
+    assert r["global_step"] == 6
+    assert r["counts"]["num_batches_emitted"] == 6
+    assert r["epoch"] >= 3  # 40 samples sift into 2 batches per pass (+ pending): passes repeat
+
+
+def test_errors_at_the_call(cpu_runs):
+    assert cpu_runs["errors"] == {
+        "no_loss": "LossImplementationNotProvidedException",
+        "bad_config": "SiftConfigValidationException",
+        "bad_set_epochs": "ValueError",
+        "not_a_trainer": "TypeError",
+    }
+
+
+def test_enabling_twice_replaces_the_settings(cpu_runs):
+    r = cpu_runs["enabled_twice"]
+    check_exact_run(r, epochs=1)
+    assert r["kept_share"] == 0.5  # the second config (beta 1), not the first (beta 3)
+
+
+def test_readme_hugging_face_trainer_example(tmp_path):
+    script = tmp_path / "hf_example.py"
+    script.write_text(example("Hugging Face Trainer"), encoding="utf-8")
+    out = run_python([str(script)], {"USE_TORCH_XLA": "0"}, cwd=tmp_path)
+    steps = next(line for line in out.splitlines() if line.startswith("optimizer steps:")).split()
+    assert steps[2] == steps[4] and int(steps[2]) > 0  # "optimizer steps: N of N"
+    seen_kept = next(line for line in out.splitlines() if line.startswith("samples seen:")).split()
+    assert 0 < int(seen_kept[4]) < int(seen_kept[2])
+    share = float(next(line for line in out.splitlines() if line.startswith("logged kept share:")).split()[-1])
+    assert share == pytest.approx(int(seen_kept[4]) / int(seen_kept[2]))
+
+
+@pytest.mark.xla
+def test_trainer_on_xla_sifts_the_accelerate_device_loader():
+    """On XLA accelerate wraps the train loader in MpDeviceLoader; sifting takes it as its source."""
+    r = scenarios("xla", {"USE_TORCH_XLA": "1", "PJRT_DEVICE": "CPU"})["xla_fixed"]
+    assert r["backend"] == "xla" and r["source_type"] == "MpDeviceLoaderWrapper"
+    assert r["loader_type"] == "ExactLengthLoader"
+    assert r["global_step"] == r["max_steps"] == r["len_loader"] == r["planned_per_epoch"] == 4
+    assert r["counts"]["num_orig_samples_seen"] == 64 and r["counts"]["num_orig_samples_kept"] == 32
+    assert r["trained"] and r["scored_by_trainer_model"]
+    assert isinstance(r["compile_count"], int) and r["compile_count"] > 0
+    assert "sifting/compile_count" in r["logged_keys"]
