@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -64,6 +64,28 @@ def underlying_dataloader(loader: Any) -> Any:
         loader = loader._loader
         seen += 1
     return loader
+
+
+def sampler_info(loader: Any) -> Optional[Tuple[int, int, bool]]:
+    """(batch size, samples per epoch, drop_last) of a DataLoader, or None if unknown.
+
+    Reads ``batch_size``/``drop_last``/``sampler`` or, for a loader built with
+    ``batch_sampler=`` (accelerate's loaders among them), the batch sampler's.
+    """
+    b, drop_last, sampler = getattr(loader, "batch_size", None), getattr(loader, "drop_last", False), None
+    if isinstance(b, int):
+        sampler = getattr(loader, "sampler", None)
+    else:
+        bs = getattr(loader, "batch_sampler", None)
+        b = getattr(bs, "batch_size", None)
+        drop_last = bool(getattr(bs, "drop_last", False))
+        sampler = getattr(bs, "sampler", None)
+    if not isinstance(b, int) or b < 1 or sampler is None:
+        return None
+    try:
+        return b, len(sampler), bool(drop_last)
+    except TypeError:
+        return None
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
@@ -161,7 +183,8 @@ class SiftingDataloader:
             raise TypeError(f"log_batch_contents must be a bool, got {type(log_batch_contents).__name__}")
         self.log_batch_contents = log_batch_contents
         self._planning_loader = underlying_dataloader(orig_dataloader)
-        nominal = getattr(self._planning_loader, "batch_size", None)
+        info = sampler_info(self._planning_loader)
+        nominal = info[0] if info is not None else getattr(self._planning_loader, "batch_size", None)
         self._batch_size: Optional[int] = nominal if isinstance(nominal, int) and nominal > 0 else None
         if batch_transforms is None:
             self.batch_transforms = DefaultBatchTransform(self._first_batch_size(), batch_format_index)
@@ -202,13 +225,9 @@ class SiftingDataloader:
         whole dataset is smaller (then that single batch is short). Used to tell which
         dimension of a list holds the samples."""
         b = self._batch_size
-        sampler = getattr(self._planning_loader, "sampler", None)
-        try:
-            n = len(sampler) if sampler is not None else None
-        except TypeError:
-            n = None
-        if b is not None and n is not None and 0 < n < b and not getattr(self._planning_loader, "drop_last", False):
-            return n
+        info = sampler_info(self._planning_loader)
+        if b is not None and info is not None and 0 < info[1] < b and not info[2]:
+            return info[1]
         return b
 
     # -- public properties -------------------------------------------------------------
@@ -511,42 +530,61 @@ class SiftingDataloader:
         except TypeError as exc:
             raise TypeError("the source loader has no length, so the sifted length cannot be planned") from exc
         b = self._batch_size
-        sampler = getattr(loader, "sampler", None)
-        if b is None or sampler is None or getattr(loader, "batch_sampler", None) is None:
-            raise TypeError("the length can be planned only for a torch DataLoader with a batch_size")
-        try:
-            n_samples = len(sampler)
-        except TypeError as exc:
-            raise TypeError("the source loader's sampler has no length, so the sifted length cannot be planned") from exc
+        info = sampler_info(loader)
+        if b is None or info is None:
+            raise TypeError("the length can be planned only for a torch DataLoader with a batch size and a sized sampler")
+        _, n_samples, drop_last = info
         if n_batches == 0:
             return []
-        last = b if getattr(loader, "drop_last", False) else n_samples - (n_batches - 1) * b
+        last = b if drop_last else n_samples - (n_batches - 1) * b
         return [b] * (n_batches - 1) + [last]
 
-    def _planned_batches(self, expected: bool) -> int:
+    def plan_epochs(self, epochs: int = 1) -> Tuple[List[int], int]:
+        """Batches each of the next ``epochs`` epochs emits, and the source samples they score.
+
+        Exact in ``fixed`` mode; the expected counts in ``probabilistic`` mode (kept share
+        ``1 / (1 + beta)`` of every scored sample). Accounts for ``sift_delay`` (and its
+        repetition per epoch) and for kept samples carried from one epoch into the next.
+        Plans from the start of the next epoch. Raises ``TypeError`` when the source loader
+        has no length.
+        """
+        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+            raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
         sizes = self._source_batch_sizes()
         b = self._batch_size
         base = self.sift_config.base_config
-        delay_left = base.sift_delay - (0 if base.repeat_delay_per_epoch else self._delay_progress)
-        delay_left = max(delay_left, 0)
-        pending = float(self.num_pending)
+        expected = self.selection_mode != "fixed"
+        if not expected and sizes:
+            self.sifter.fixed_keep_count(b)  # raises if a full batch would keep nothing
         share = 1.0 / (1.0 + self.sift_config.beta_value)
-        batches = 0
-        for n in sizes:
-            if delay_left > 0:
-                delay_left -= 1
-                batches += 1
-                continue
-            if expected:
-                pending += n * share
+        delay_progress = self._delay_progress
+        pending = float(self.num_pending)
+        plan: List[int] = []
+        scored = 0
+        for _ in range(epochs):
+            if base.repeat_delay_per_epoch:
+                delay_progress = 0
+            batches = 0
+            for n in sizes:
+                if delay_progress < base.sift_delay:
+                    delay_progress += 1
+                    batches += 1
+                    continue
+                scored += n
+                pending += n * share if expected else self.sift_config.fixed_keep_count(n)
                 full = int(pending // b)
-            else:
-                self.sifter.fixed_keep_count(b)  # raises if a full batch would keep nothing
-                pending += self.sift_config.fixed_keep_count(n)
-                full = int(pending) // b
-            batches += full
-            pending -= full * b
-        return batches
+                batches += full
+                pending -= full * b
+            plan.append(batches)
+        return plan, scored
+
+    @property
+    def delay_progress(self) -> int:
+        """Source batches passed through so far under ``sift_delay`` (this epoch, if it repeats)."""
+        return self._delay_progress
+
+    def _planned_batches(self, expected: bool) -> int:
+        return self.plan_epochs(1)[0][0]
 
     # -- checkpoints -----------------------------------------------------------------------
 

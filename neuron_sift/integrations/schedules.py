@@ -38,47 +38,8 @@ def _round_half_up(x: float) -> int:
 
 
 def _plan(loader: Any, epochs: int):
-    """Per-epoch batch counts and the number of sifted (scored) source samples, for ``epochs`` epochs.
-
-    Mirrors ``SiftingDataloader.estimated_length`` (same counting rules and rounding) and
-    carries its state (delay progress, pending samples) from one planned epoch to the next.
-    Call it between epochs: it plans whole epochs from a fresh start.
-    """
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
-    sl = as_sifting_dataloader(loader)
-    sizes = sl._source_batch_sizes()  # raises TypeError when the source loader has no planned length
-    b = sl.batch_size
-    config = sl.sift_config
-    base = config.base_config
-    expected = sl.selection_mode != "fixed"
-    if not expected and sizes:
-        sl.sifter.fixed_keep_count(b)  # raises if a full batch would keep nothing
-    share = 1.0 / (1.0 + config.beta_value)
-    delay_progress = int(getattr(sl, "_delay_progress", 0))
-    pending = float(sl.num_pending)
-    plan: List[int] = []
-    sifted_samples = 0
-    for _ in range(epochs):
-        if base.repeat_delay_per_epoch:
-            delay_progress = 0
-        batches = 0
-        for n in sizes:
-            if delay_progress < base.sift_delay:
-                delay_progress += 1
-                batches += 1
-                continue
-            sifted_samples += n
-            if expected:
-                pending += n * share
-                full = int(pending // b)
-            else:
-                pending += config.fixed_keep_count(n)
-                full = int(pending) // b
-            batches += full
-            pending -= full * b
-        plan.append(batches)
-    return plan, sifted_samples
+    """Per-epoch batch counts and the number of scored source samples (the loader's plan)."""
+    return as_sifting_dataloader(loader).plan_epochs(epochs)
 
 
 def epoch_plan(loader: Any, epochs: int = 1) -> List[int]:
