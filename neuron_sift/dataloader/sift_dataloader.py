@@ -216,6 +216,9 @@ class SiftingDataloader:
         self._consumed = 0  # source batches of the current epoch fully counted
         self._resume_skip: Optional[int] = None  # set by load_state_dict() mid-epoch
         self._restored: Optional[PendingSamples] = None
+        self._epoch_planned: Optional[int] = None  # fixed mode: batches this epoch emits
+        self._emitted_in_epoch = 0
+        self._epoch_source: Optional[Iterator[Any]] = None
         # Host seconds and calls per phase: transform, calculate_relevance_values (the
         # user's scoring forward), should_sift, sift, accumulate, reverse_transform.
         self.timings: dict = {}
@@ -281,7 +284,11 @@ class SiftingDataloader:
             if base.repeat_delay_per_epoch:
                 self._delay_progress = 0
         self._epoch_in_progress = True
-        for index, source in self._source_batches():
+        self._epoch_planned = self._exact_epoch_plan() if skip == 0 else None
+        self._emitted_in_epoch = 0
+        source_batches = self._source_batches()
+        self._epoch_source = source_batches
+        for index, source in source_batches:
             if index < skip:  # resuming mid-epoch: these were consumed before the checkpoint
                 continue
             if token != self._iteration_token:
@@ -297,6 +304,7 @@ class SiftingDataloader:
                 c.num_samples_emitted += n
                 c.num_batches_emitted += 1
                 self._consumed = index + 1
+                self._before_yield()
                 yield source
                 continue
             yield from self._sift_source_batch(source, index)
@@ -304,6 +312,30 @@ class SiftingDataloader:
             if self._coordinated:  # last agreement of the epoch: every rank ends on the same count
                 yield from self._emit(self._staging is not None, time.perf_counter(), end_of_epoch=True)
             self._epoch_in_progress = False
+
+    def _exact_epoch_plan(self) -> Optional[int]:
+        """This epoch's exact batch count, when known in advance (fixed mode, sized source)."""
+        if self.selection_mode != "fixed" or self._batch_size is None:
+            return None
+        try:
+            return self.plan_epochs(1)[0][0]
+        except TypeError:
+            return None
+
+    def _before_yield(self) -> None:
+        """Before the epoch's last planned batch, score the source batches still left.
+
+        They can only add pending samples (the plan is exact), but a consumer that stops
+        after ``len(loader)`` batches, as Lightning and the Hugging Face Trainer do, would
+        otherwise never pull them, and their samples would go unseen in this epoch.
+        """
+        self._emitted_in_epoch += 1
+        if self._epoch_planned is None or self._emitted_in_epoch != self._epoch_planned:
+            return
+        self._epoch_planned = None
+        for index, source in self._epoch_source:
+            for _ in self._sift_source_batch(source, index, emit=False):
+                pass
 
     def _source_batches(self) -> Iterator[Any]:
         """``enumerate(orig_dataloader)``, with a note on errors saying which batch failed.
@@ -347,7 +379,7 @@ class SiftingDataloader:
             logger.info("func:%s latency: %.6f", name, elapsed)
         return out
 
-    def _sift_source_batch(self, source: Any, index: int) -> Iterator[Any]:
+    def _sift_source_batch(self, source: Any, index: int, emit: bool = True) -> Iterator[Any]:
         start = time.perf_counter()
         where = f"source batch {index} of epoch {self._epoch}"
         try:
@@ -411,7 +443,8 @@ class SiftingDataloader:
             logger.info("relevance_values: %s", values.tolist())
             logger.info("relevance_values_kept: %s", values[indices].tolist())
             logger.info("kept_indices: %s", indices)
-        yield from self._emit(staged, start)
+        if emit:
+            yield from self._emit(staged, start)
 
     def _emission_budget(self, end_of_epoch: bool) -> Optional[int]:
         """How many full batches may be emitted now; None: every ready one.
@@ -454,6 +487,7 @@ class SiftingDataloader:
                 logger.info("sifted_batch_creation_latency: %.6f", time.perf_counter() - start)
             if self.log_batch_contents:  # explicit opt-in: sample contents in the log
                 logger.info("emitted_batch: %r", out_batch)
+            self._before_yield()
             yield out_batch
             start = time.perf_counter()
 

@@ -12,7 +12,9 @@ CSV, ...) under ``sifting/``. ``recorder.last`` is the latest snapshot and
 Lightning reads ``len(train_dataloader)`` once and ends every epoch after that many
 batches. A ``SiftingDataloader``'s epochs vary around that length (probabilistic mode;
 and in both modes the delay and the carried-over samples), so an epoch that would emit
-more batches is cut short, and the rest of that pass over the source data is never used.
+more batches is cut short, and the rest of that pass over the source data is never used
+(an epoch of exactly the planned length is not: in fixed mode the loader scores the
+remaining source batches before handing out its last planned batch).
 The recorder detects this and warns (``recorder.cut_epochs`` lists them); return
 ``ExactLengthLoader(loader, epochs=max_epochs)`` from ``train_dataloader()`` to make every
 epoch exactly as long as Lightning expects.

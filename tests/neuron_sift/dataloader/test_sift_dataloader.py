@@ -442,3 +442,22 @@ def test_no_info_lines_without_log_level(caplog):
     with caplog.at_level(logging.WARNING, logger="neuron_sift.dataloader.sift_dataloader"):
         emitted_ids(loader)
     assert "num_orig_samples_seen" not in caplog.text
+
+
+@pytest.mark.parametrize("delay", [0, 5])
+def test_fixed_mode_consumer_stopping_after_len_still_sees_every_sample(delay):
+    """Lightning and the HF Trainer stop an epoch after len(loader) batches: the source
+    batches after the last planned batch are scored before it is handed out."""
+    import itertools
+
+    n, b = 1000, 32
+    losses = torch.rand(n, generator=torch.Generator().manual_seed(3))
+    stopping = make_loader(losses, batch_size=b, beta=1.0, mode="fixed", delay=delay)
+    draining = make_loader(losses, batch_size=b, beta=1.0, mode="fixed", delay=delay)
+    for epoch in range(3):
+        planned = len(stopping)
+        a = [ids.tolist() for ids, _ in itertools.islice(iter(stopping), planned)]
+        full = emitted_ids(draining)
+        assert a == full and len(a) == planned
+        assert stopping.counts.num_orig_samples_seen == (epoch + 1) * n
+        assert stopping.counts == draining.counts

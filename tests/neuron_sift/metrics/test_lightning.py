@@ -161,16 +161,28 @@ def test_recorder_logs_sifting_metrics_through_the_trainer_logger():
     assert [step for step, _ in recorder.records] == steps
 
 
-def test_recorder_warns_when_lightning_cuts_an_epoch_short():
-    # Fixed mode, 100 samples, batches of 8: 6 batches per epoch; the 13th (short) source
-    # batch only adds pending samples, and Lightning stops after len() = 6 batches.
+def test_fixed_mode_epochs_of_planned_length_are_not_cut():
+    # Fixed mode, 100 samples, batches of 8: epochs 0 and 1 emit 6 batches each, the
+    # length Lightning read; the 13th (short) source batch is scored before the 6th batch
+    # is handed out, so every sample is seen although Lightning stops after 6 batches.
     module = Classifier("fixed", n=100, batch_size=8, delay=0)
     recorder = TrainingMetricsRecorder()
     trainer, _, warned = fit(module, recorder, max_epochs=2)
     assert trainer.num_training_batches == 6
-    assert recorder.cut_epochs == [0, 1]
-    assert len(warned) == 2 and "ExactLengthLoader" in warned[0]
-    assert module.sifting.counts.num_orig_samples_seen == 2 * 96  # the last source batch of each pass unused
+    assert recorder.cut_epochs == [] and warned == []
+    assert module.sifting.counts.num_orig_samples_seen == 2 * 100
+
+
+def test_recorder_warns_when_lightning_cuts_an_epoch_short():
+    # Carried-over samples grow: epoch 3 would emit 7 batches, but Lightning keeps the 6 it
+    # read at the start, so it stops early and the rest of that pass goes unused.
+    module = Classifier("fixed", n=100, batch_size=8, delay=0)
+    recorder = TrainingMetricsRecorder()
+    trainer, _, warned = fit(module, recorder, max_epochs=4)
+    assert trainer.num_training_batches == 6
+    assert recorder.cut_epochs == [3]
+    assert len(warned) == 1 and "ExactLengthLoader" in warned[0]
+    assert module.sifting.counts.num_orig_samples_seen < 4 * 100
 
 
 def test_exact_length_loader_gives_lightning_whole_epochs():
