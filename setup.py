@@ -30,6 +30,16 @@ setup(
         # torch-xla's wheel is built against one torch release and declares no torch dependency.
         "xla": ["torch==2.9.0", "torch-xla==2.9.0"],
         "test": ["pytest>=7", "hypothesis>=6", "numpy>=1.24", "transformers>=4.40,<6", "accelerate>=1.1,<2", "lightning>=2.2,<3", "tensorboard>=2.14,<3"],
+        # benchmarks/: MNIST-1D generated locally (mnist1d's make_dataset; nothing downloaded),
+        # scikit-learn's bundled digits, the accuracy-against-time plot, progress bars.
+        "bench": [
+            "mnist1d>=0.0.2,<0.1",
+            "scikit-learn>=1.3,<2",
+            "matplotlib>=3.7,<4",
+            "tqdm>=4.60,<5",
+            "numpy>=1.24",
+            "transformers>=4.40,<6",
+        ],
         # Neuron (torch-neuronx, neuronx-cc) is published only on AWS's repository; see README.
     },
 )

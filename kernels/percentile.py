@@ -1,5 +1,7 @@
 """Percentile of each new loss within the loss history."""
 
+from typing import Optional
+
 import torch
 
 
@@ -26,3 +28,84 @@ def percentile_rank(losses: torch.Tensor, history: torch.Tensor, fill: torch.Ten
     denom = torch.clamp(fill, min=1).to(history.dtype)
     pct = (less.to(history.dtype) + 0.5 * equal.to(history.dtype)) / denom
     return torch.where(fill > 0, pct, torch.ones_like(pct))
+
+
+
+def _history_counts_before(first: torch.Tensor, second: torch.Tensor, history_first: bool) -> torch.Tensor:
+    """For each loss, the number of history values sorted before it in ``cat([first, second])``.
+
+    A stable sort keeps equal values in concatenation order: with the history first,
+    equal history values sort before the loss (counts ``h <= l``); with the losses first,
+    after it (counts ``h < l``). Static shapes: sort, cumsum, scatter, slice.
+    """
+    n_first = first.shape[0]
+    values = torch.cat([first, second])
+    order = torch.sort(values, stable=True).indices
+    is_hist = (order < n_first) if history_first else (order >= n_first)
+    is_hist = is_hist.to(torch.int64)
+    before = torch.cumsum(is_hist, dim=0) - is_hist  # history values strictly before each sorted slot
+    counts = torch.zeros_like(before).scatter(0, order, before)  # back to concatenation order
+    return counts[n_first:] if history_first else counts[: values.shape[0] - second.shape[0]]
+
+
+def percentile_rank_sorted(
+    losses: torch.Tensor, history: torch.Tensor, fill: torch.Tensor, *, method: Optional[str] = None
+) -> torch.Tensor:
+    """``percentile_rank`` by sorting instead of comparing every loss with every slot.
+
+    Identical results, ties included (tested against ``percentile_rank``). The slots at
+    or beyond ``fill`` are set to ``+inf`` and the counts are clamped to ``fill``, so the
+    padding never counts, even for an infinite loss. A NaN loss gets 0, as the pairwise
+    comparison gives it; ``-0.0`` is read as ``0.0`` (they compare equal).
+
+    ``method`` (None: ``"merge"`` on XLA devices, ``"search"`` elsewhere):
+
+    * ``"search"``: sort the history once, then ``searchsorted`` left (``#{h < l}``) and
+      right (``#{h <= l}``); O(H log H + B log H). Fastest eagerly, but torch-xla 2.9 has
+      no lowering for ``searchsorted`` (it falls back to the CPU, ``aten::searchsorted``).
+    * ``"merge"``: only static-shape ops XLA lowers (``sort``, ``cumsum``, ``scatter``):
+      one stable sort of ``cat([history, losses])`` (equal history values sort before the
+      loss: ``#{h <= l}``) and one of ``cat([losses, history])`` (``#{h < l}``);
+      O((H + B) log(H + B)).
+    """
+    if method is None:
+        method = "merge" if history.device.type == "xla" else "search"
+    if method not in ("search", "merge"):
+        raise ValueError(f"method must be 'search', 'merge' or None, got {method!r}")
+    h = history.shape[0]
+    valid = torch.arange(h, device=history.device) < fill  # [H]
+    padded = torch.where(valid, history, torch.full_like(history, float("inf")))
+    padded = torch.where(padded == 0, torch.zeros_like(padded), padded)  # -0.0 -> 0.0
+    l = losses.to(history.dtype)
+    nan = torch.isnan(l)
+    l = torch.where(nan | (l == 0), torch.zeros_like(l), l)
+    n = fill.to(torch.int64)
+    if method == "search":
+        ordered = torch.sort(padded).values
+        less = torch.searchsorted(ordered, l, side="left")
+        not_greater = torch.searchsorted(ordered, l, side="right")
+    else:
+        not_greater = _history_counts_before(padded, l, history_first=True)
+        less = _history_counts_before(l, padded, history_first=False)
+    less = torch.clamp(less, max=n)
+    not_greater = torch.clamp(not_greater, max=n)
+    none = torch.zeros_like(less)
+    less = torch.where(nan, none, less)
+    equal = torch.where(nan, none, not_greater - less)
+    denom = torch.clamp(fill, min=1).to(history.dtype)
+    pct = (less.to(history.dtype) + 0.5 * equal.to(history.dtype)) / denom
+    return torch.where(fill > 0, pct, torch.ones_like(pct))
+
+
+# B x H at and above which the sort-based formulation is the faster one (measured on CPU,
+# eager and torch-xla: at 32 x 500 the pairwise comparison wins, 0.14 ms against 0.21 ms;
+# at 256 x 4096 sorting wins 5x, at 1024 x 32768 70x; benchmarks/machinery.py).
+SORTED_PERCENTILE_MIN_CELLS = 65536
+
+
+def percentile_rank_auto(losses: torch.Tensor, history: torch.Tensor, fill: torch.Tensor) -> torch.Tensor:
+    """``percentile_rank`` or ``percentile_rank_sorted`` (identical results), whichever is
+    faster for the static sizes B x H. The choice depends on shapes only, never on data."""
+    if losses.shape[0] * history.shape[0] >= SORTED_PERCENTILE_MIN_CELLS:
+        return percentile_rank_sorted(losses, history, fill)
+    return percentile_rank(losses, history, fill)

@@ -1,5 +1,5 @@
 # Sourced by scripts/demo.sh and scripts/test.sh: one virtual environment, .venv, with
-# neuron_sift installed editable plus the xla and test extras (torch 2.9.0 + torch-xla 2.9.0,
+# neuron_sift installed editable plus the xla, test and bench extras (torch 2.9.0 + torch-xla 2.9.0,
 # CPU is enough). Idempotent: a second run only re-checks the install.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -11,7 +11,7 @@ fi
 STAMP=.venv/.neuron_sift_installed
 if [ ! -f "$STAMP" ] || [ setup.py -nt "$STAMP" ]; then
     .venv/bin/python -m pip install --quiet --upgrade pip
-    .venv/bin/python -m pip install --quiet -e ".[xla,test]"
+    .venv/bin/python -m pip install --quiet -e ".[xla,test,bench]"
     touch "$STAMP"
 fi
 export PJRT_DEVICE="${PJRT_DEVICE:-CPU}"

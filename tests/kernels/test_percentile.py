@@ -117,3 +117,88 @@ def test_inputs_not_modified():
     h0, l0 = history.clone(), losses.clone()
     percentile_rank(losses, history, torch.tensor(4))
     assert torch.equal(history, h0) and torch.equal(losses, l0)
+
+
+# --- percentile_rank_sorted / percentile_rank_auto: the sort-based formulation -----------------
+
+from neuron_sift.kernels.percentile import (  # noqa: E402
+    SORTED_PERCENTILE_MIN_CELLS,
+    percentile_rank_auto,
+    percentile_rank_sorted,
+)
+
+
+@pytest.mark.parametrize("b", BATCH_SIZES + (256,))
+@pytest.mark.parametrize("h", HISTORY_LENGTHS + (4096,))
+@pytest.mark.parametrize("kind", ["continuous", "ties", "large"])
+def test_sorted_is_identical_to_pairwise(b, h, kind):
+    rng = np.random.default_rng(7 * b + h)
+    history = _values(rng, h, kind)
+    losses = np.where(rng.random(b) < 0.5, rng.choice(history, size=b), _values(rng, b, kind)).astype(np.float32)
+    for fill in sorted({0, 1, h // 2, h - 1, h}):
+        args = (torch.from_numpy(losses), torch.from_numpy(history), torch.tensor(fill, dtype=torch.int64))
+        want = percentile_rank(*args)
+        for method in ("search", "merge"):
+            got = percentile_rank_sorted(*args, method=method)
+            assert got.dtype == want.dtype and got.shape == want.shape
+            assert torch.equal(got, want), (method, fill)
+        assert torch.equal(percentile_rank_auto(*args), want)
+
+
+def test_sorted_handles_non_finite_losses_signed_zeros_and_garbage_slots():
+    history = torch.tensor([0.0, -0.0, 1.0, 1.0, -2.0, 5.0, 1e30, -1e30, float("inf"), float("-inf")])
+    losses = torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0, -0.0, 1.0, 3.0, -5.0, 1e30])
+    for fill in range(0, 9):  # slots from 8 on hold +-inf: garbage beyond fill, never valid
+        f = torch.tensor(fill)
+        want = percentile_rank(losses, history, f)
+        for method in ("search", "merge"):
+            assert torch.equal(percentile_rank_sorted(losses, history, f, method=method), want), (method, fill)
+
+
+def test_sorted_rejects_an_unknown_method():
+    with pytest.raises(ValueError, match="method"):
+        percentile_rank_sorted(torch.zeros(2), torch.zeros(4), torch.tensor(4), method="bisect")
+
+
+def test_sorted_matches_reference_loop():
+    rng = np.random.default_rng(3)
+    history = _values(rng, 300, "ties")
+    losses = _values(rng, 40, "ties")
+    got, want = _run(losses, history, 123)
+    got_sorted = percentile_rank_sorted(
+        torch.from_numpy(losses), torch.from_numpy(history), torch.tensor(123)
+    )
+    torch.testing.assert_close(got_sorted, want, rtol=0, atol=1e-6)
+    assert torch.equal(got_sorted, got)
+
+
+def test_auto_picks_by_static_size_only():
+    # Both branches are exercised: below and at the threshold.
+    small_b, small_h = 8, SORTED_PERCENTILE_MIN_CELLS // 16
+    big_b, big_h = 16, SORTED_PERCENTILE_MIN_CELLS // 16
+    assert small_b * small_h < SORTED_PERCENTILE_MIN_CELLS <= big_b * big_h
+    for b, h in ((small_b, small_h), (big_b, big_h)):
+        history = torch.randn(h)
+        losses = torch.cat([history[: b // 2], torch.randn(b - b // 2)])
+        fill = torch.tensor(h - 3)
+        assert torch.equal(percentile_rank_auto(losses, history, fill), percentile_rank(losses, history, fill))
+
+
+@pytest.mark.xla
+def test_sorted_on_xla_is_identical_and_has_no_fallback():
+    torch_xla = pytest.importorskip("torch_xla", reason="torch-xla not installed (CI installs it: pip install -e .[xla])")
+    import torch_xla.debug.metrics as met
+
+    device = torch_xla.device()
+    rng = np.random.default_rng(11)
+    history = _values(rng, 4096, "ties")
+    losses = np.where(rng.random(256) < 0.5, rng.choice(history, size=256), _values(rng, 256, "ties")).astype(np.float32)
+    losses[:3] = [np.inf, -np.inf, np.nan]
+    h_cpu, l_cpu = torch.from_numpy(history), torch.from_numpy(losses)
+    met.clear_counters()
+    for fill in (0, 1, 2048, 4096):
+        want = percentile_rank(l_cpu, h_cpu, torch.tensor(fill))
+        got = percentile_rank_sorted(l_cpu.to(device), h_cpu.to(device), torch.tensor([fill], device=device)[0])  # merge
+        torch_xla.sync()
+        assert torch.equal(got.cpu(), want), fill
+    assert not [c for c in met.counter_names() if c.startswith("aten::")]

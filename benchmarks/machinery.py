@@ -1,0 +1,266 @@
+#!/usr/bin/env python
+"""What does the sifting machinery itself cost, per source batch, against a training step?
+
+Machinery: everything ``SiftingDataloader`` does per source batch except the user's
+scoring forward: the transform, ranking against the loss history, the draw, the history
+update, the gather of kept rows and the accumulation into full batches. Measured as
+
+    (wall-clock of one epoch through the SiftingDataloader
+     - wall-clock of the same epoch through the plain source DataLoader) / source batches
+
+with a "loss" that is a column of the batch (no model), after a warm-up epoch (on XLA the
+warm-up compiles every graph; the timed epoch compiles nothing, and the record says so).
+On XLA the clock is read after ``wait_device_ops``, so device time counts. The host-side
+phase timings of ``loader.metrics()["machinery_seconds"]`` are recorded too.
+
+It is set against one training step (forward, backward, Adam) of the suite's default model
+(the MNIST-1D 1-D CNN) at the same batch size on the same backend: ``share`` = machinery /
+step. Grid: batch sizes 32, 256, 1024 x history lengths 500, 4096, 32768, for both
+percentile kernels (``pairwise``: the B x H comparison ``percentile_rank``; ``auto``: what
+the engine uses, ``percentile_rank_auto``: the sort-based kernel from B x H >= 65536).
+
+``python benchmarks/machinery.py --help`` for the options.
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from suite import CNN1D  # noqa: E402  (benchmarks/ is not a package)
+
+import neuron_sift  # noqa: E402
+import neuron_sift.engine.step as step_module  # noqa: E402
+from neuron_sift.dataloader.sift_dataloader import SiftingDataloader  # noqa: E402
+from neuron_sift.kernels.percentile import percentile_rank, percentile_rank_auto  # noqa: E402
+from neuron_sift.sift_config.sift_configs import RelativeProbabilisticSiftConfig  # noqa: E402
+
+KERNELS = {"pairwise": percentile_rank, "auto": percentile_rank_auto}
+DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+
+
+class ColumnLoss:
+    """A free 'loss': the first feature of each sample (no model forward)."""
+
+    def loss(self, model, transformed_batch, original_batch=None):
+        return original_batch[0][:, 0].abs()
+
+
+def backend_setup(name):
+    if name == "eager":
+        return torch.device("cpu"), (lambda: None)
+    os.environ.setdefault("PJRT_DEVICE", "CPU")
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+
+    device = torch_xla.device()
+
+    def wait():
+        torch_xla.sync()
+        xm.wait_device_ops()
+
+    return device, wait
+
+
+def compiles():
+    try:
+        import torch_xla.debug.metrics as met
+    except ImportError:
+        return 0
+    d = met.metric_data("CompileTime")
+    return d[0] if d else 0
+
+
+def step_seconds(b, device, wait, reps):
+    """Median seconds of one training step of the default model at batch size b."""
+    torch.manual_seed(0)
+    model = CNN1D().to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = torch.randn(b, 40).to(device)
+    y = torch.randint(0, 10, (b,)).to(device)
+    times = []
+    for i in range(reps + 3):
+        start = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        wait()
+        if i >= 3:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def machinery_seconds(b, h, mode, kernel, device, wait, batches, repeats):
+    """Per source batch: (wall-clock machinery, host-phase machinery, compiles in timed epochs)."""
+    step_module.percentile_rank_auto = KERNELS[kernel]
+    try:
+        n = b * batches
+        g = torch.Generator().manual_seed(0)
+        data = TensorDataset(torch.rand(n, 40, generator=g), torch.randint(0, 10, (n,), generator=g), torch.arange(n))
+        model = torch.nn.Linear(1, 1).to(device)  # only tells the loader the device
+        config = RelativeProbabilisticSiftConfig(
+            beta_value=1.0,
+            loss_history_length=h,
+            selection_mode=mode,
+            loss_based_sift_config={"sift_config": {"sift_delay": 0}},
+            seed=0,
+        )
+
+        def source():
+            return DataLoader(data, batch_size=b, shuffle=True, generator=torch.Generator().manual_seed(1))
+
+        loader = SiftingDataloader(sift_config=config, orig_dataloader=source(), loss_impl=ColumnLoss(), model=model)
+        for _ in loader:  # warm-up epoch: compiles every graph on XLA
+            pass
+        wait()
+        sift_times, plain_times = [], []
+        host = 0.0
+        c0 = compiles()
+        for _ in range(repeats):
+            before = sum(v[0] for k, v in loader.timings.items() if k != "calculate_relevance_values")
+            start = time.perf_counter()
+            for _ in loader:
+                pass
+            wait()
+            sift_times.append(time.perf_counter() - start)
+            host += sum(v[0] for k, v in loader.timings.items() if k != "calculate_relevance_values") - before
+            start = time.perf_counter()
+            for batch in source():  # the same epoch without sifting: loading and the move to the device
+                [t.to(device) for t in batch]
+            wait()
+            plain_times.append(time.perf_counter() - start)
+        new_compiles = compiles() - c0
+        wall = (statistics.median(sift_times) - statistics.median(plain_times)) / batches
+        return max(wall, 0.0), host / (repeats * batches), new_compiles
+    finally:
+        step_module.percentile_rank_auto = percentile_rank_auto
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        prog="machinery.py",
+        description="Time of the sifting machinery per source batch (everything but the user's scoring forward) "
+        "as a share of one training step of the default model (MNIST-1D CNN), for a grid of batch sizes and "
+        "history lengths, on eager CPU and torch-xla, with the pairwise and the sort-based percentile kernel.",
+    )
+    p.add_argument("--batch-sizes", default="32,256,1024", help="comma-separated (default 32,256,1024)")
+    p.add_argument("--histories", default="500,4096,32768", help="comma-separated (default 500,4096,32768)")
+    p.add_argument("--backends", default="eager,xla", help="comma-separated subset of eager,xla (default both)")
+    p.add_argument("--kernels", default="pairwise,auto", help="comma-separated subset of pairwise,auto (default both)")
+    p.add_argument("--mode", choices=("probabilistic", "fixed"), default="probabilistic", help="selection mode (default probabilistic)")
+    p.add_argument("--batches", type=int, default=12, help="source batches per timed epoch (default 12)")
+    p.add_argument("--repeats", type=int, default=3, help="timed epochs; medians are taken (default 3)")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1; 0: torch's default)")
+    p.add_argument("--json", type=Path, help=f"JSON lines file to append to (default {DEFAULT_OUT}/machinery.jsonl)")
+    p.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    args = p.parse_args(argv)
+
+    def ints(s, name):
+        try:
+            v = [int(x) for x in s.split(",") if x.strip()]
+        except ValueError:
+            p.error(f"--{name} must be comma-separated integers")
+        if not v or min(v) < 1:
+            p.error(f"--{name}: positive integers")
+        return v
+
+    args.batch_sizes = ints(args.batch_sizes, "batch-sizes")
+    args.histories = ints(args.histories, "histories")
+    args.backends = [s.strip() for s in args.backends.split(",") if s.strip()]
+    if not args.backends or any(b not in ("eager", "xla") for b in args.backends):
+        p.error("--backends: eager and/or xla")
+    args.kernels = [s.strip() for s in args.kernels.split(",") if s.strip()]
+    if not args.kernels or any(k not in KERNELS for k in args.kernels):
+        p.error("--kernels: pairwise and/or auto")
+    if args.batches < 2 or args.repeats < 1:
+        p.error("--batches must be >= 2 and --repeats >= 1")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    json_path = args.json or DEFAULT_OUT / "machinery.jsonl"
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    setups = {name: backend_setup(name) for name in ("xla",) if name in args.backends}  # XLA device first
+    if "eager" in args.backends:
+        setups["eager"] = backend_setup("eager")
+    vers = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "neuron_sift": neuron_sift.__version__,
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+    }
+    if "xla" in setups:
+        import torch_xla
+
+        vers["torch_xla"] = torch_xla.__version__
+    rows = []
+    for backend in args.backends:
+        device, wait = setups[backend]
+        for b in args.batch_sizes:
+            step = step_seconds(b, device, wait, reps=10)
+            for h in args.histories:
+                row = {"backend": backend, "batch_size": b, "history": h, "step_ms": round(1e3 * step, 3)}
+                for kernel in args.kernels:
+                    wall, host, new_compiles = machinery_seconds(b, h, args.mode, kernel, device, wait, args.batches, args.repeats)
+                    row[f"{kernel}_ms"] = round(1e3 * wall, 3)
+                    row[f"{kernel}_host_ms"] = round(1e3 * host, 3)
+                    row[f"{kernel}_share"] = round(wall / step, 4)
+                    row[f"{kernel}_compiles_after_warmup"] = new_compiles
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                with open(json_path, "a", encoding="utf-8") as f:
+                    f.write(
+                        json.dumps(
+                            {
+                                "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                "versions": vers,
+                                "device": str(device),
+                                "config": {"mode": args.mode, "batches": args.batches, "repeats": args.repeats},
+                                "results": row,
+                            }
+                        )
+                        + "\n"
+                    )
+    print()
+    print(format_table(rows, args.kernels, args.markdown))
+    print(f"\nrecords: {json_path}")
+    return 0
+
+
+def format_table(rows, kernels, markdown=False):
+    head = ["backend", "B", "H", "train step ms"]
+    for k in kernels:
+        head += [f"{k} ms", f"{k} % of step"]
+    lines = []
+    for r in rows:
+        cells = [r["backend"], str(r["batch_size"]), str(r["history"]), f"{r['step_ms']:.2f}"]
+        for k in kernels:
+            cells += [f"{r[f'{k}_ms']:.3f}", f"{100 * r[f'{k}_share']:.1f}"]
+        lines.append(cells)
+    if markdown:
+        out = ["| " + " | ".join(head) + " |", "|" + "|".join(" --- " for _ in head) + "|"]
+        out += ["| " + " | ".join(c) + " |" for c in lines]
+        return "\n".join(out)
+    widths = [max(len(h), *(len(c[i]) for c in lines)) for i, h in enumerate(head)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(head, widths)), "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(cells, widths)) for cells in lines]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
