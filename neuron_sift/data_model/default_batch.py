@@ -20,7 +20,7 @@ reused (for lists nested in a batch too), so a short last batch cannot flip it:
 
 import numbers
 from collections.abc import Mapping
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence
 
 import torch
 

@@ -11,7 +11,6 @@ too. Kept samples not yet emitted at the end of an epoch are carried into the ne
 and emitted first; nothing is dropped or repeated.
 """
 
-import contextlib
 import logging
 import time
 from dataclasses import asdict, dataclass
@@ -23,12 +22,14 @@ from neuron_sift.backends import resolve_backend
 from neuron_sift.data_model.data_model_interface import SiftingBatch
 from neuron_sift.data_model.default_batch import DefaultBatchTransform, DefaultSiftingBatch
 from neuron_sift.dataloader.accumulator import BatchAccumulator
-from neuron_sift.dataloader.checkpoint import STATE_VERSION, PendingSamples, pending_to_state, to_cpu
+from neuron_sift.dataloader.scoring import check_losses, model_device, scoring_mode
+from neuron_sift.dataloader.source_loader import sampler_info, underlying_dataloader
+from neuron_sift.dataloader.checkpoint import STATE_VERSION, PendingSamples, pending_to_state
 from neuron_sift.dataloader.device_staging import DeviceStaging, batch_to_device, has_host_leaves, pad_batch
 from neuron_sift.distributed import RankGroup
 from neuron_sift.engine.sifter import Sifter
 from neuron_sift.engine.state import SiftState
-from neuron_sift.exceptions import LossOutputException, UnsupportedDataFormatException
+from neuron_sift.exceptions import UnsupportedDataFormatException
 from neuron_sift.loss.abstract_sift_loss_module import resolve_loss_fn
 from neuron_sift.sift_config.sift_configs import coerce_sift_config
 
@@ -51,92 +52,6 @@ class SiftingCounts:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-def underlying_dataloader(loader: Any) -> Any:
-    """The DataLoader inside wrappers such as torch-xla's ``MpDeviceLoader`` (``._loader``).
-
-    Used only to learn the batch size and plan the length; iteration always goes through
-    the loader the user passed.
-    """
-    seen = 0
-    while getattr(loader, "batch_size", None) is None and hasattr(loader, "_loader") and seen < 8:
-        loader = loader._loader
-        seen += 1
-    return loader
-
-
-def sampler_info(loader: Any) -> Optional[Tuple[int, int, bool]]:
-    """(batch size, samples per epoch, drop_last) of a DataLoader, or None if unknown.
-
-    Reads ``batch_size``/``drop_last``/``sampler`` or, for a loader built with
-    ``batch_sampler=`` (accelerate's loaders among them), the batch sampler's.
-    """
-    b, drop_last, sampler = getattr(loader, "batch_size", None), getattr(loader, "drop_last", False), None
-    if isinstance(b, int):
-        sampler = getattr(loader, "sampler", None)
-    else:
-        bs = getattr(loader, "batch_sampler", None)
-        b = getattr(bs, "batch_size", None)
-        drop_last = bool(getattr(bs, "drop_last", False))
-        sampler = getattr(bs, "sampler", None)
-    if not isinstance(b, int) or b < 1 or sampler is None:
-        return None
-    try:
-        return b, len(sampler), bool(drop_last)
-    except TypeError:
-        return None
-
-
-def model_device(model: torch.nn.Module) -> torch.device:
-    for p in model.parameters():
-        return p.device
-    for b in model.buffers():
-        return b.device
-    return torch.device("cpu")
-
-
-@contextlib.contextmanager
-def scoring_mode(model: torch.nn.Module):
-    """Eval mode and no gradients for the scoring pass; every module's mode is restored."""
-    modes = [(m, m.training) for m in model.modules()]
-    model.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        for m, training in modes:
-            m.training = training
-
-
-def _same_device(a: torch.device, b: torch.device) -> bool:
-    if a.type != b.type:
-        return False
-    return a.index is None or b.index is None or a.index == b.index
-
-
-def check_losses(losses: Any, n: int, device: torch.device) -> torch.Tensor:
-    """One floating-point loss per sample on the model's device, as a ``[n]`` tensor."""
-    if not isinstance(losses, torch.Tensor):
-        raise LossOutputException(
-            f"loss_impl.loss must return a torch.Tensor with one loss per sample, got {type(losses).__name__}"
-        )
-    if losses.dim() == 2 and losses.shape[1] == 1:
-        losses = losses[:, 0]
-    if losses.dim() != 1 or losses.shape[0] != n:
-        raise LossOutputException(
-            f"loss_impl.loss must return one loss per sample: expected shape [{n}] (or [{n}, 1]), got "
-            f"{list(losses.shape)}; build the criterion with reduction='none' and reduce any per-token "
-            "losses to one value per sample"
-        )
-    if not losses.dtype.is_floating_point:
-        raise LossOutputException(f"loss_impl.loss must return a floating-point tensor, got dtype {losses.dtype}")
-    if not _same_device(losses.device, device):
-        raise LossOutputException(
-            f"loss_impl.loss returned losses on {losses.device} but the model is on {device}; "
-            "compute the loss on the model's device"
-        )
-    return losses.detach()
 
 
 class SiftingDataloader:
@@ -730,10 +645,13 @@ class SiftingDataloader:
         """Counts (host) plus the device counters and history fill (one host read)."""
         out = self.counts.as_dict()
         st = self.sifter.state
-        out["history_fill"] = int(self.backend.to_host(st.fill))
-        out["device_num_scored"] = int(self.backend.to_host(st.num_scored))
-        out["device_num_kept"] = int(self.backend.to_host(st.num_kept))
-        out["device_num_nonfinite"] = int(self.backend.to_host(st.num_nonfinite))
+        fill, scored, kept, nonfinite = self.backend.to_host(
+            torch.stack([st.fill, st.num_scored, st.num_kept, st.num_nonfinite])
+        ).tolist()
+        out["history_fill"] = int(fill)
+        out["device_num_scored"] = int(scored)
+        out["device_num_kept"] = int(kept)
+        out["device_num_nonfinite"] = int(nonfinite)
         out["timings"] = {k: {"seconds": v[0], "calls": v[1]} for k, v in self.timings.items()}
         out["machinery_seconds"] = sum(v[0] for k, v in self.timings.items() if k != "calculate_relevance_values")
         out["kept_share"] = (

@@ -20,7 +20,8 @@ first epoch only, and kept samples not yet emitted carry over into the next epoc
 import math
 from typing import Any, Iterator, List, Optional
 
-from neuron_sift.dataloader.sift_dataloader import SiftingDataloader, underlying_dataloader
+from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
+from neuron_sift.dataloader.source_loader import underlying_dataloader
 
 
 def as_sifting_dataloader(loader: Any) -> SiftingDataloader:

@@ -1,0 +1,59 @@
+"""The scoring pass: the user's loss in eval mode without gradients, and its checks."""
+
+import contextlib
+from typing import Any
+
+import torch
+
+from neuron_sift.exceptions import LossOutputException
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    for p in model.parameters():
+        return p.device
+    for b in model.buffers():
+        return b.device
+    return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def scoring_mode(model: torch.nn.Module):
+    """Eval mode and no gradients for the scoring pass; every module's mode is restored."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for m, training in modes:
+            m.training = training
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    if a.type != b.type:
+        return False
+    return a.index is None or b.index is None or a.index == b.index
+
+
+def check_losses(losses: Any, n: int, device: torch.device) -> torch.Tensor:
+    """One floating-point loss per sample on the model's device, as a ``[n]`` tensor."""
+    if not isinstance(losses, torch.Tensor):
+        raise LossOutputException(
+            f"loss_impl.loss must return a torch.Tensor with one loss per sample, got {type(losses).__name__}"
+        )
+    if losses.dim() == 2 and losses.shape[1] == 1:
+        losses = losses[:, 0]
+    if losses.dim() != 1 or losses.shape[0] != n:
+        raise LossOutputException(
+            f"loss_impl.loss must return one loss per sample: expected shape [{n}] (or [{n}, 1]), got "
+            f"{list(losses.shape)}; build the criterion with reduction='none' and reduce any per-token "
+            "losses to one value per sample"
+        )
+    if not losses.dtype.is_floating_point:
+        raise LossOutputException(f"loss_impl.loss must return a floating-point tensor, got dtype {losses.dtype}")
+    if not _same_device(losses.device, device):
+        raise LossOutputException(
+            f"loss_impl.loss returned losses on {losses.device} but the model is on {device}; "
+            "compute the loss on the model's device"
+        )
+    return losses.detach()
