@@ -24,6 +24,8 @@ setup(
         "neuron_sift.sift_config",
         "neuron_sift.kernels",
     ],
+    # kernels/ ships only as neuron_sift.kernels; the top-level names kernels and benchmarks
+    # are excluded (tests/test_packaging.py builds the wheel and checks).
     package_dir={"neuron_sift.kernels": "kernels"},
     install_requires=["torch>=2.1"],
     extras_require={
