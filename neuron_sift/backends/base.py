@@ -31,6 +31,11 @@ class Backend(abc.ABC):
         """Called after each source batch's sifting math has been issued."""
 
     @property
+    def extraction_only(self) -> bool:
+        """Whether device values are stubs (graph extraction for Neuron): never trust a read."""
+        return False
+
+    @property
     def gathers_on_device(self) -> bool:
         """Whether fixed-mode selections are gathered on the device without a host read."""
         return False

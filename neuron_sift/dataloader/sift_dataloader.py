@@ -176,7 +176,7 @@ class SiftingDataloader:
 
     def estimated_length(self) -> int:
         """Expected number of batches of the next epoch (exact in ``fixed`` mode)."""
-        return self._planned_batches(expected=self.selection_mode != "fixed")
+        return self.plan_epochs(1)[0][0]
 
     @property
     def length_is_exact(self) -> bool:
@@ -424,7 +424,7 @@ class SiftingDataloader:
         graph. Under graph extraction nothing read back is trusted.
         """
         host_fields = has_host_leaves(scored)
-        extraction = getattr(self.backend, "extraction_only", False)
+        extraction = self.backend.extraction_only
         indices = None
         n_nonfinite = 0
         if self.selection_mode == "fixed":
@@ -532,8 +532,6 @@ class SiftingDataloader:
         """Source batches passed through so far under ``sift_delay`` (this epoch, if it repeats)."""
         return self._delay_progress
 
-    def _planned_batches(self, expected: bool) -> int:
-        return self.plan_epochs(1)[0][0]
 
     # -- checkpoints -----------------------------------------------------------------------
 
