@@ -208,6 +208,15 @@ class DefaultSiftingBatch(SiftingBatch):
     def to_user(self) -> Any:
         return _build(self._spec, self._leaves)
 
+    # A loss written for smart_sifting may read ``transformed_batch`` as the batch itself
+    # (``[t.to(device) for t in transformed_batch]``): iterate and index the user's view.
+
+    def __iter__(self):
+        return iter(self.to_user())
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.to_user()[key]
+
 
 # A spec is ("leaf", i) | ("map", template, keys, [child specs]) | ("seq", template, [child specs])
 

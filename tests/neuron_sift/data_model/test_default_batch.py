@@ -454,3 +454,14 @@ def test_accumulating_a_field_that_changed_kind():
     b = t.transform({"x": torch.zeros(B), "s": torch.zeros(B)})
     with pytest.raises(UnsupportedDataFormatException, match="'s'"):
         a.concat([b])
+
+
+def test_transformed_batch_reads_like_the_users_batch():
+    """A loss that iterates or indexes ``transformed_batch`` sees the user's own batch."""
+    x, y = torch.arange(6.0).view(3, 2), torch.tensor([0, 1, 0])
+    t = DefaultBatchTransform(3).transform([x, y])
+    first, second = [v.clone() for v in t]
+    assert torch.equal(first, x) and torch.equal(second, y)
+    assert torch.equal(t[1], y)
+    d = DefaultBatchTransform(3).transform({"x": x, "y": y})
+    assert torch.equal(d["x"], x) and list(d) == ["x", "y"]
