@@ -203,30 +203,34 @@ class SiftingDataloader:
         self._emitted_in_epoch = 0
         source_batches = self._source_batches()
         self._epoch_source = source_batches
-        for index, source in source_batches:
-            if index < skip:  # resuming mid-epoch: these were consumed before the checkpoint
-                continue
-            if token != self._iteration_token:
-                raise RuntimeError("SiftingDataloader: a new iteration was started; this iterator is no longer valid")
-            if self._delay_progress < base.sift_delay:
-                self._delay_progress += 1
-                n = self._count_delayed(source, index)
-                c = self.counts
-                c.num_source_batches += 1
-                c.num_source_batches_delayed += 1
-                c.num_orig_samples_seen += n
-                c.num_orig_samples_kept += n
-                c.num_samples_emitted += n
-                c.num_batches_emitted += 1
-                self._consumed = index + 1
-                self._before_yield()
-                yield source
-                continue
-            yield from self._sift_source_batch(source, index)
-        if token == self._iteration_token:
-            if self._coordinated:  # last agreement of the epoch: every rank ends on the same count
-                yield from self._emit(self._staging is not None, time.perf_counter(), end_of_epoch=True)
-            self._epoch_in_progress = False
+        try:
+            for index, source in source_batches:
+                if index < skip:  # resuming mid-epoch: these were consumed before the checkpoint
+                    continue
+                if token != self._iteration_token:
+                    raise RuntimeError("SiftingDataloader: a new iteration was started; this iterator is no longer valid")
+                if self._delay_progress < base.sift_delay:
+                    self._delay_progress += 1
+                    n = self._count_delayed(source, index)
+                    c = self.counts
+                    c.num_source_batches += 1
+                    c.num_source_batches_delayed += 1
+                    c.num_orig_samples_seen += n
+                    c.num_orig_samples_kept += n
+                    c.num_samples_emitted += n
+                    c.num_batches_emitted += 1
+                    self._consumed = index + 1
+                    self._before_yield()
+                    yield source
+                    continue
+                yield from self._sift_source_batch(source, index)
+            if token == self._iteration_token:
+                if self._coordinated:  # last agreement of the epoch: every rank ends on the same count
+                    yield from self._emit(self._staging is not None, time.perf_counter(), end_of_epoch=True)
+                self._epoch_in_progress = False
+        finally:  # do not hold the source iterator (and its DataLoader workers) past the epoch
+            if self._epoch_source is source_batches:
+                self._epoch_source = None
 
     def _exact_epoch_plan(self) -> Optional[int]:
         """This epoch's exact batch count, when known in advance (fixed mode, sized source)."""
