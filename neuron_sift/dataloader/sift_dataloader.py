@@ -654,6 +654,9 @@ class SiftingDataloader:
         out["device_num_scored"] = int(scored)
         out["device_num_kept"] = int(kept)
         out["device_num_nonfinite"] = int(nonfinite)
+        # The host count misses batches whose selection was never read (fixed mode on XLA);
+        # the device counter sees every scored batch.
+        out["num_nonfinite_losses"] = int(nonfinite)
         out["timings"] = {k: {"seconds": v[0], "calls": v[1]} for k, v in self.timings.items()}
         out["machinery_seconds"] = sum(v[0] for k, v in self.timings.items() if k != "calculate_relevance_values")
         out["kept_share"] = (

@@ -33,6 +33,9 @@ class Sifter:
         self.state = SiftState.create(config.loss_history_length, int(seed) % _MAX_SEED, backend.device)
         self.global_history = bool(config.global_loss_history and ranks is not None and ranks.active)
         self._beta = backend.upload([config.beta_value], torch.float32)[0]
+        # (valid rows, rows to take) -> device vector: uploaded once per distinct pair (in
+        # practice two: full batches and the short last one), not once per source batch.
+        self._per_batch: Dict[Tuple[int, int], torch.Tensor] = {}
 
     def fixed_keep_count(self, batch_size: int) -> int:
         """k for a full batch; an error when it is 0 (fixed mode would never emit)."""
@@ -57,7 +60,9 @@ class Sifter:
         fixed = self.mode == "fixed"
         k = self.fixed_keep_count(rows) if fixed else 1
         n_take = self.rows_taken(n_valid, rows) if fixed else 0
-        per_batch = self.backend.upload([n_valid, n_take], torch.int64)
+        per_batch = self._per_batch.get((n_valid, n_take))
+        if per_batch is None:
+            per_batch = self._per_batch[(n_valid, n_take)] = self.backend.upload([n_valid, n_take], torch.int64)
         shared_losses = shared_valid = None
         if self.global_history:
             # One all-gather of W x (P + 1) float32 per source batch: losses and valid count.
@@ -81,6 +86,3 @@ class Sifter:
         """One host read of two scalars: kept count and non-finite count."""
         packed = self.backend.to_host(torch.stack([out.count, out.num_nonfinite]))
         return int(packed[0]), int(packed[1])
-
-    def state_tensors(self) -> Dict[str, torch.Tensor]:
-        return self.state.tensors()

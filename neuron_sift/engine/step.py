@@ -27,18 +27,16 @@ from neuron_sift.kernels import (
 
 @dataclass
 class StepOutput:
-    """Per-batch result, all device tensors.
+    """Per-batch result, all device tensors: only what the loader reads or gathers with.
 
     ``order``: row indices with the kept rows first, in source order (``[P]`` in
-    probabilistic mode, ``[k]`` in fixed mode); ``count``: how many of them are kept.
-    ``keep``: the ``[P]`` kept mask (probabilistic mode; None in fixed mode).
-    ``percentiles``: ``[P]``; ``num_nonfinite``: non-finite valid losses in this batch.
+    probabilistic mode, ``[k]`` in fixed mode); ``count``: how many of them are kept;
+    ``num_nonfinite``: non-finite valid losses in this batch. Nothing else is kept alive:
+    on XLA every live output is materialised at the next sync.
     """
 
     order: torch.Tensor
     count: torch.Tensor
-    keep: Optional[torch.Tensor]
-    percentiles: torch.Tensor
     num_nonfinite: torch.Tensor
 
 
@@ -74,10 +72,9 @@ def sift_step(
         log_p = keep_log_probability(pct, beta)
         order, taken = gumbel_topk_indices(log_p, u, valid, force, k, n_take)
         count = taken.to(torch.int64).sum()
-        keep = None
     else:
         raise ValueError(f"unknown selection mode {mode!r}")
-    out = StepOutput(order=order, count=count, keep=keep, percentiles=pct, num_nonfinite=num_nonfinite)
+    out = StepOutput(order=order, count=count, num_nonfinite=num_nonfinite)
     if shared_losses is not None:
         shared_losses = shared_losses.to(torch.float32)
         shared_finite = torch.isfinite(shared_losses)
