@@ -30,3 +30,12 @@ def pytest_configure(config):
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny tensors: intra-op threads only contend on a shared 2-core runner."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -57,17 +57,11 @@ from neuron_sift.loss.abstract_sift_loss_module import Loss  # noqa: F811
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader  # noqa: F811
 from torch.utils.data import DataLoader
 
-pytestmark = pytest.mark.slow
+# The tiny model gains nothing from intra-op threads; on a shared 2-core CPU two threads
+# spin against other processes (measured 10-20x slower).
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_intra_op_thread():
-    """The tiny model gains nothing from intra-op threads, and on a shared 2-core CPU two
-    threads spin against other processes (measured 10-20x slower); restored afterwards."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 # =================================================================================================

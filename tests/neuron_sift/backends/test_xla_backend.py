@@ -18,7 +18,8 @@ from neuron_sift import RelativeProbabilisticSiftConfig, SiftingDataloader
 from tests.neuron_sift.dataloader.fakes import OracleLoss, loss_table_loader
 
 torch_xla = pytest.importorskip("torch_xla", reason="torch-xla not installed (CI installs it: pip install -e .[xla])")
-import torch_xla.debug.metrics as met  # noqa: E402
+
+from tests.neuron_sift.backends.xla_probe import CELoss  # noqa: E402  (the probe's loss, the same user code)
 
 pytestmark = pytest.mark.xla
 
@@ -26,20 +27,6 @@ MODES = ["probabilistic", "fixed"]
 # Graphs sifting adds to a training loop, measured by test_graphs_added_by_sifting and
 # stated in the README (torch-xla 2.9.0, CPU).
 ADDED_GRAPHS_BOUND = {"fixed": 4, "probabilistic": 7}
-
-
-def compiles() -> int:
-    d = met.metric_data("CompileTime")
-    return 0 if d is None else d[0]
-
-
-def host_reads() -> int:
-    d = met.metric_data("TransferFromDeviceTime")
-    return 0 if d is None else d[0]
-
-
-def fallbacks():
-    return [k for k in met.counter_names() if k.startswith("aten::")]
 
 
 def config(mode, beta=1.0, history=128, delay=0, seed=0):
@@ -59,16 +46,6 @@ class Classifier(torch.nn.Module):
 
     def forward(self, x):
         return self.net(x)
-
-
-class CELoss:
-    def __init__(self):
-        self.ce = torch.nn.CrossEntropyLoss(reduction="none")
-
-    def loss(self, model, transformed_batch, original_batch=None):
-        device = next(model.parameters()).device
-        x, y = [t.to(device) for t in original_batch]
-        return self.ce(model(x), y)
 
 
 def classification_data(n=1000, seed=0):

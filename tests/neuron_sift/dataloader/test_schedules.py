@@ -20,13 +20,7 @@ from neuron_sift.integrations.schedules import ExactLengthLoader, epoch_plan, pl
 from tests.neuron_sift.integrations.readme_examples import example
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: intra-op threads only contend on a shared 2-core runner."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def config(mode, beta=1.0, delay=0, repeat=False, history=64, seed=0):

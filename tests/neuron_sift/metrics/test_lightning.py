@@ -26,12 +26,7 @@ from neuron_sift.metrics.lightning import TrainingMetricsRecorder
 from tests.neuron_sift.integrations.readme_examples import example
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class MemoryLogger(Logger):

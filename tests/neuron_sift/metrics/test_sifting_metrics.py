@@ -17,12 +17,7 @@ from neuron_sift.metrics.sifting_metrics import LOADER_LOGGER, find_sifting_load
 from tests.neuron_sift.integrations.readme_examples import example
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class CELoss(Loss):
