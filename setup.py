@@ -1,7 +1,17 @@
 """Packaging. ``kernels/`` is installed as ``neuron_sift.kernels`` (the top-level names
 ``kernels`` and ``benchmarks`` are taken on the public index, so neither is installed)."""
 
-from setuptools import setup
+from setuptools import Extension, setup
+
+# The CPU step's ranking and history update (kernels/_host.c): optional, so an install
+# without a C compiler still works (engine/cpu_step.py then uses its NumPy formulation).
+# -ffp-contract=off: the percentile must round exactly as the torch kernels do.
+HOST_KERNELS = Extension(
+    "neuron_sift.kernels._host",
+    sources=["kernels/_host.c"],
+    extra_compile_args=["-O3", "-ffp-contract=off"],
+    optional=True,
+)
 
 setup(
     name="neuron-sift",
@@ -27,7 +37,8 @@ setup(
     # kernels/ ships only as neuron_sift.kernels; the top-level names kernels and benchmarks
     # are excluded (tests/test_packaging.py builds the wheel and checks).
     package_dir={"neuron_sift.kernels": "kernels"},
-    install_requires=["torch>=2.1"],
+    ext_modules=[HOST_KERNELS],
+    install_requires=["torch>=2.1", "numpy>=1.24"],
     extras_require={
         # torch-xla's wheel is built against one torch release and declares no torch dependency.
         "xla": ["torch==2.9.0", "torch-xla==2.9.0"],

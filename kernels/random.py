@@ -11,6 +11,8 @@ integers are int64, or demoted to int32 by a compiler (as Neuron does), where pr
 wrap: the low 31 bits of a product do not depend on the width.
 """
 
+from typing import Tuple
+
 import torch
 
 _MASK31 = 0x7FFFFFFF
@@ -30,6 +32,31 @@ def _mix31(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def seed_key(seed: torch.Tensor) -> torch.Tensor:
+    """The part of the hash that depends on the seed alone: compute it once per seed."""
+    return _mix31(seed.to(torch.int64) + _GOLDEN)
+
+
+def row_keys(n: int, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(rows, row hash)`` for ``n`` rows: the part of the hash that depends on the row alone."""
+    rows = torch.arange(n, device=device, dtype=torch.int64)
+    return rows, _mix31(rows + _GOLDEN)
+
+
+def uniform_from_keys(
+    seed_mix: torch.Tensor, counter: torch.Tensor, rows: torch.Tensor, row_hash: torch.Tensor
+) -> torch.Tensor:
+    """``uniform_from_counter`` from precomputed ``seed_key`` and ``row_keys``: identical values.
+
+    Per draw only the counter changes; on XLA every op is traced anew for each source
+    batch, so the parts that never change are computed once and passed in.
+    """
+    key = _mix31(seed_mix ^ (counter.to(torch.int64) & _MASK31))
+    h = _mix31(_mix31(key ^ row_hash) + rows)
+    top23 = (h >> 8).to(torch.float32)  # 31 - 8 = 23 bits: top23 + 0.5 is exact in float32
+    return (top23 + 0.5) * (1.0 / 8388608.0)
+
+
 def uniform_from_counter(seed: torch.Tensor, counter: torch.Tensor, n: int) -> torch.Tensor:
     """``n`` float32 uniforms in the open interval (0, 1) for draw number ``counter``.
 
@@ -39,9 +66,5 @@ def uniform_from_counter(seed: torch.Tensor, counter: torch.Tensor, n: int) -> t
     ``log(-log(u))``). With 24 random bits the half-step offset would need 25 bits, and
     the largest value would round to exactly 1.0.
     """
-    device = counter.device
-    key = _mix31(_mix31(seed.to(torch.int64) + _GOLDEN) ^ (counter.to(torch.int64) & _MASK31))
-    rows = torch.arange(n, device=device, dtype=torch.int64)
-    h = _mix31(_mix31(key ^ _mix31(rows + _GOLDEN)) + rows)
-    top23 = (h >> 8).to(torch.float32)  # 31 - 8 = 23 bits: top23 + 0.5 is exact in float32
-    return (top23 + 0.5) * (1.0 / 8388608.0)
+    rows, row_hash = row_keys(n, counter.device)
+    return uniform_from_keys(seed_key(seed), counter, rows, row_hash)

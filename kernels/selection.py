@@ -1,6 +1,6 @@
 """Keep probabilities and the two draws: independent (probabilistic) and exactly-k (fixed)."""
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 
@@ -35,6 +35,7 @@ def gumbel_topk_indices(
     force: torch.Tensor,
     k: int,
     n_take: torch.Tensor,
+    picks: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Draw ``k`` rows without replacement with probabilities proportional to ``exp(log_p)``.
 
@@ -51,7 +52,9 @@ def gumbel_topk_indices(
     score = torch.where(force, torch.full_like(score, float("inf")), score)
     score = torch.where(valid, score, torch.full_like(score, float("-inf")))
     _, top = torch.topk(score, k, sorted=True)
-    taken = torch.arange(k, device=log_p.device) < n_take
+    if picks is None:  # arange(k); pass it in to keep it out of an XLA trace
+        picks = torch.arange(k, device=log_p.device)
+    taken = picks < n_take
     # Sort the taken indices ascending; untaken ones move to the end.
     key = torch.where(taken, top, top + b)
     key, _ = torch.sort(key)
@@ -60,14 +63,15 @@ def gumbel_topk_indices(
     return indices, taken_sorted
 
 
-def compact_indices(keep: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def compact_indices(keep: torch.Tensor, rows: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """Kept row indices first (in source order), then the others; plus the kept count.
 
     The static-shape replacement for ``keep.nonzero()``: ``indices[:count]`` are the kept
     rows. Only ``count`` is data dependent, and it stays a device scalar.
     """
     b = keep.shape[0]
-    rows = torch.arange(b, device=keep.device)
+    if rows is None:  # arange(b); pass it in to keep it out of an XLA trace
+        rows = torch.arange(b, device=keep.device)
     key = torch.where(keep, rows, rows + b)
     key, _ = torch.sort(key)
     indices = torch.where(key < b, key, key - b)

@@ -9,7 +9,8 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 STAMP=.venv/.neuron_sift_installed
-if [ ! -f "$STAMP" ] || [ setup.py -nt "$STAMP" ]; then
+# Reinstall when the packaging or the C kernel (built in place by the editable install) changed.
+if [ ! -f "$STAMP" ] || [ setup.py -nt "$STAMP" ] || [ kernels/_host.c -nt "$STAMP" ]; then
     .venv/bin/python -m pip install --quiet --upgrade pip
     .venv/bin/python -m pip install --quiet -e ".[xla,test,bench]"
     touch "$STAMP"

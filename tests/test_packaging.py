@@ -19,8 +19,11 @@ def test_wheel_installs_kernels_inside_the_package_only(tmp_path):
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = list((tmp_path / "dist").glob("neuron_sift-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    assert {n.split("/")[0] for n in names} == {"neuron_sift", wheel.name.split("-py")[0] + ".dist-info"}
+    dist_info = "-".join(wheel.name.split("-")[:2]) + ".dist-info"
+    assert {n.split("/")[0] for n in names} == {"neuron_sift", dist_info}
     assert "neuron_sift/kernels/percentile.py" in names
+    # the CPU step's C kernels are compiled into the wheel (the source is not shipped)
+    assert any(n.startswith("neuron_sift/kernels/_host.") and n.endswith(".so") for n in names), names
     target = tmp_path / "site"
     installed = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
@@ -31,7 +34,8 @@ def test_wheel_installs_kernels_inside_the_package_only(tmp_path):
         "import importlib.util, neuron_sift, neuron_sift.kernels as k; "
         "assert neuron_sift.__file__.startswith(%r), neuron_sift.__file__; "
         "assert importlib.util.find_spec('kernels') is None and importlib.util.find_spec('benchmarks') is None; "
-        "print(k.percentile_rank.__module__)" % str(target)
+        "import neuron_sift.kernels._host as h; assert h.__file__.startswith(%r); "
+        "print(k.percentile_rank.__module__)" % (str(target), str(target))
     )
     env = dict(os.environ, PYTHONPATH=str(target))
     ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(tmp_path), env=env)

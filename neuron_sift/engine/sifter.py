@@ -1,13 +1,14 @@
 """The engine object: owns the device state and turns per-sample losses into selections."""
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple, Union
 
 import torch
 
 from neuron_sift.backends.base import Backend
 from neuron_sift.distributed import RankGroup
 from neuron_sift.engine.state import SiftState
-from neuron_sift.engine.step import StepOutput, sift_step
+from neuron_sift.engine.cpu_step import HostSiftState, HostStepOutput, sift_step_cpu
+from neuron_sift.engine.step import StepConstants, StepOutput, sift_step
 from neuron_sift.exceptions import SiftConfigValidationException
 from neuron_sift.sift_config.sift_configs import RelativeProbabilisticSiftConfig
 
@@ -21,7 +22,13 @@ class Sifter:
     separate, explicit call so the loader decides whether a host read happens at all.
     """
 
-    def __init__(self, config: RelativeProbabilisticSiftConfig, backend: Backend, ranks: Optional[RankGroup] = None):
+    def __init__(
+        self,
+        config: RelativeProbabilisticSiftConfig,
+        backend: Backend,
+        ranks: Optional[RankGroup] = None,
+        host_step: Optional[bool] = None,
+    ):
         self.config = config
         self.backend = backend
         self.mode = config.selection_mode
@@ -30,12 +37,38 @@ class Sifter:
         if ranks is not None and ranks.active:
             # Ranks usually share one seed; their draws must still be independent.
             seed = int(seed) * 1_000_003 + 7919 * (ranks.rank + 1)
-        self.state = SiftState.create(config.loss_history_length, int(seed) % _MAX_SEED, backend.device)
+        # On the CPU the step runs in NumPy on a host-held state (bit-identical results; see
+        # cpu_step.py); elsewhere the torch step runs on the device. ``host_step=False``
+        # runs the torch step on the CPU too (benchmarks/machinery.py compares the two).
+        on_cpu = backend.device.type == "cpu"
+        if host_step and not on_cpu:
+            raise ValueError(f"host_step=True needs a CPU device, not {backend.device}")
+        self._on_host = on_cpu if host_step is None else bool(host_step)
+        self._device_state: Optional[SiftState] = None
+        self._host_state: Optional[HostSiftState] = None
+        self._consts: Dict[int, StepConstants] = {}  # per padded batch size (device step)
+        self._seed = int(seed) % _MAX_SEED
+        self.state = SiftState.create(config.loss_history_length, self._seed, backend.device)
         self.global_history = bool(config.global_loss_history and ranks is not None and ranks.active)
         self._beta = backend.upload([config.beta_value], torch.float32)[0]
         # (valid rows, rows to take) -> device vector: uploaded once per distinct pair (in
         # practice two: full batches and the short last one), not once per source batch.
         self._per_batch: Dict[Tuple[int, int], torch.Tensor] = {}
+
+    @property
+    def state(self) -> SiftState:
+        """The sifting state as tensors on the backend's device (a copy when held on the host)."""
+        return self._host_state.to_state() if self._on_host else self._device_state
+
+    @state.setter
+    def state(self, value: SiftState) -> None:
+        if self._on_host:
+            self._host_state = HostSiftState.from_state(value)
+        else:
+            if value.seed.device.type == "cpu" or self._device_state is not None:
+                self._seed = int(value.seed)  # a device read only if a loaded state is already there
+            self._device_state = value.to(self.backend.device)
+            self._consts = {}  # they depend on the seed
 
     def fixed_keep_count(self, batch_size: int) -> int:
         """k for a full batch; an error when it is 0 (fixed mode would never emit)."""
@@ -52,7 +85,7 @@ class Sifter:
         """Fixed mode: samples kept from a batch of ``n_valid`` real rows (padded to ``rows``)."""
         return min(self.config.fixed_keep_count(n_valid), self.fixed_keep_count(rows))
 
-    def step(self, losses: torch.Tensor, n_valid: int, batch_size: int) -> StepOutput:
+    def step(self, losses: torch.Tensor, n_valid: int, batch_size: int) -> Union[StepOutput, HostStepOutput]:
         """Issue the selection math for one source batch; ``losses`` may be short or padded."""
         rows = max(batch_size, int(losses.shape[0]))
         if losses.shape[0] < rows:  # pad to the static size; padding rows are masked out
@@ -71,18 +104,40 @@ class Sifter:
             shared_losses = gathered[:, :rows].reshape(-1)
             rows_idx = torch.arange(rows, device=losses.device).unsqueeze(0)
             shared_valid = (rows_idx < gathered[:, rows:].to(torch.int64)).reshape(-1)
-        self.state, out = sift_step(
-            self.state, losses, per_batch[0], self._beta, self.mode, k, per_batch[1], shared_losses, shared_valid
+        if self._on_host:
+            return sift_step_cpu(
+                self._host_state, losses, n_valid, self._beta, self.mode, k, n_take, shared_losses, shared_valid
+            )
+        consts = self._consts.get(rows)
+        if consts is None:
+            consts = self._consts[rows] = StepConstants.create(
+                rows, self.config.loss_history_length, k, self._seed, self.backend.device
+            )
+        self._device_state, out = sift_step(
+            self._device_state,
+            losses,
+            per_batch[0],
+            self._beta,
+            self.mode,
+            k,
+            per_batch[1],
+            shared_losses,
+            shared_valid,
+            consts,
         )
         return out
 
-    def read_selection(self, out: StepOutput) -> Tuple[List[int], int]:
-        """One host read: the kept row indices (source order) and the non-finite count."""
+    def read_selection(self, out: Union[StepOutput, HostStepOutput]) -> Tuple[torch.Tensor, int]:
+        """One host read: the kept row indices (source order, a CPU int64 tensor) and the non-finite count."""
+        if isinstance(out, HostStepOutput):  # already on the host
+            return torch.from_numpy(out.kept), out.num_nonfinite
         packed = self.backend.to_host(torch.cat([out.count.view(1), out.num_nonfinite.view(1), out.order]))
         count, nonfinite = int(packed[0]), int(packed[1])
-        return packed[2 : 2 + count].tolist(), nonfinite
+        return packed[2 : 2 + count], nonfinite
 
-    def read_counts(self, out: StepOutput) -> Tuple[int, int]:
+    def read_counts(self, out: Union[StepOutput, HostStepOutput]) -> Tuple[int, int]:
         """One host read of two scalars: kept count and non-finite count."""
+        if isinstance(out, HostStepOutput):
+            return out.kept.shape[0], out.num_nonfinite
         packed = self.backend.to_host(torch.stack([out.count, out.num_nonfinite]))
         return int(packed[0]), int(packed[1])

@@ -21,8 +21,36 @@ from neuron_sift.kernels import (
     keep_log_probability,
     keep_probability,
     ring_buffer_update,
-    uniform_from_counter,
 )
+from neuron_sift.kernels.random import row_keys, seed_key, uniform_from_keys
+
+
+@dataclass
+class StepConstants:
+    """Per-run tensors the step would otherwise rebuild for every source batch: index
+    vectors (rows, history slots, fixed-mode picks) and the hash keys of the rows and the
+    seed. On XLA every op of the step is traced anew per source batch, and torch-xla builds
+    an ``arange`` on the host each time (about 1 ms for H = 4096); made once, they enter
+    the graph as device data."""
+
+    rows: torch.Tensor  # arange(P)
+    row_hash: torch.Tensor
+    seed_mix: torch.Tensor
+    slots: torch.Tensor  # arange(H)
+    picks: torch.Tensor  # arange(k)
+
+    @classmethod
+    def create(cls, p_rows: int, history: int, k: int, seed: int, device: torch.device) -> "StepConstants":
+        """Computed on the CPU and uploaded: device data, not ops in the step's graph."""
+        rows, row_hash = row_keys(p_rows, torch.device("cpu"))
+        seed_mix = seed_key(torch.tensor(seed, dtype=torch.int64))
+        return cls(
+            rows=rows.to(device),
+            row_hash=row_hash.to(device),
+            seed_mix=seed_mix.to(device),
+            slots=torch.arange(history).to(device),
+            picks=torch.arange(k).to(device),
+        )
 
 
 @dataclass
@@ -50,27 +78,31 @@ def sift_step(
     n_take: torch.Tensor,
     shared_losses: Optional[torch.Tensor] = None,
     shared_valid: Optional[torch.Tensor] = None,
+    consts: Optional[StepConstants] = None,
 ) -> Tuple[SiftState, StepOutput]:
     """One source batch. ``shared_losses``/``shared_valid`` (``[W * P]``, every rank's
     padded losses in rank order) make the history global: this rank's losses are ranked
-    against it, and all ranks' losses are recorded, so every rank holds the same history."""
+    against it, and all ranks' losses are recorded, so every rank holds the same history.
+    ``consts``: ``StepConstants.create(P, H, k, seed, device)``, reused across calls (built here,
+    with a read of the seed, if None)."""
     p_rows = losses.shape[0]
-    device = losses.device
+    if consts is None:
+        consts = StepConstants.create(p_rows, state.history.shape[0], k, int(state.seed), losses.device)
     losses = losses.to(torch.float32)
-    valid = torch.arange(p_rows, device=device) < n_valid
+    valid = consts.rows < n_valid
     finite = torch.isfinite(losses)
     force = valid & ~finite  # non-finite losses: always kept, never recorded
     record = valid & finite
     safe = torch.where(finite, losses, torch.zeros_like(losses))
-    pct = percentile_rank_auto(safe, state.history, state.fill)  # = percentile_rank, faster at large B x H
-    u = uniform_from_counter(state.seed, state.draws, p_rows)
+    pct = percentile_rank_auto(safe, state.history, state.fill, consts.slots)  # = percentile_rank, faster at large B x H
+    u = uniform_from_keys(consts.seed_mix, state.draws, consts.rows, consts.row_hash)
     num_nonfinite = force.to(torch.int64).sum()
     if mode == "probabilistic":
         keep = bernoulli_keep(keep_probability(pct, beta), u, valid, force)
-        order, count = compact_indices(keep)
+        order, count = compact_indices(keep, consts.rows)
     elif mode == "fixed":
         log_p = keep_log_probability(pct, beta)
-        order, taken = gumbel_topk_indices(log_p, u, valid, force, k, n_take)
+        order, taken = gumbel_topk_indices(log_p, u, valid, force, k, n_take, consts.picks)
         count = taken.to(torch.int64).sum()
     else:
         raise ValueError(f"unknown selection mode {mode!r}")
