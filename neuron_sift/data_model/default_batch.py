@@ -20,7 +20,7 @@ reused (for lists nested in a batch too), so a short last batch cannot flip it:
 
 import numbers
 from collections.abc import Mapping
-from typing import Any, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -120,6 +120,23 @@ def _leaf_kind(x: Any) -> str:
     return "array" if _is_array(x) else "list"
 
 
+class _LazyText:
+    """A string computed only when formatted (a field's path, needed only in error messages)."""
+
+    def __init__(self, make: Callable[[], str]):
+        self._make = make
+
+    def __str__(self) -> str:
+        return self._make()
+
+    def __bool__(self) -> bool:
+        return bool(self._make())
+
+
+def _index_tensor(indices: Sequence[int]) -> torch.Tensor:
+    return torch.as_tensor(indices if isinstance(indices, list) else list(indices), dtype=torch.long)
+
+
 class _Leaf:
     """One sample-holding value: a tensor/array (samples along ``axis``) or a list of samples."""
 
@@ -134,19 +151,36 @@ class _Leaf:
             return len(self.value)
         return int(self.value.shape[self.axis])
 
-    def select(self, indices: Sequence[int]) -> "_Leaf":
+    def select(self, indices: Sequence[int], index_tensor: Optional[torch.Tensor] = None) -> "_Leaf":
+        """The samples at ``indices``; ``index_tensor`` is the same as a CPU int64 tensor, if at hand.
+
+        A ``range`` with step 1 of a tensor or array is a slice (a view, no copy): that is
+        how the accumulator cuts a full batch from its pending samples.
+        """
         v = self.value
+        if isinstance(indices, range) and indices.step == 1 and not isinstance(v, (list, tuple)):
+            start, stop = indices.start, max(indices.start, indices.stop)
+            if isinstance(v, torch.Tensor):
+                return _Leaf(v.narrow(self.axis, start, stop - start), self.axis)
+            return _Leaf(v[(slice(None),) * self.axis + (slice(start, stop),)], self.axis)
         if isinstance(v, torch.Tensor):
-            idx = indices if isinstance(indices, torch.Tensor) else torch.as_tensor(list(indices), dtype=torch.long)
-            return _Leaf(v.index_select(self.axis, idx.to(v.device)), self.axis)
+            idx = index_tensor if index_tensor is not None else _index_tensor(indices)
+            if not (v.is_cpu and idx.is_cpu):
+                idx = idx.to(v.device)
+            return _Leaf(v.index_select(self.axis, idx), self.axis)
+        if isinstance(indices, torch.Tensor):
+            indices = indices.tolist()
         if _is_array(v):
             return _Leaf(_np.take(v, list(indices), axis=self.axis), self.axis)
         return _Leaf(_rebuild_sequence(v, [v[i] for i in indices]), self.axis)
 
     @staticmethod
-    def concat(parts: Sequence["_Leaf"], path: str) -> "_Leaf":
+    def concat(parts: Sequence["_Leaf"], path: Union[str, Callable[[], str]]) -> "_Leaf":
+        """The samples of ``parts`` in order; ``path`` (or a function giving it) names the field in errors."""
         first = parts[0]
         v = first.value
+        if callable(path):
+            path = _LazyText(path)
         for p in parts[1:]:
             if _leaf_kind(p.value) != _leaf_kind(v):
                 raise UnsupportedDataFormatException(
@@ -177,33 +211,70 @@ class _Leaf:
 class DefaultSiftingBatch(SiftingBatch):
     """A parsed user batch: a tree of containers over sample-holding leaves."""
 
-    def __init__(self, spec: Any, leaves: List[_Leaf], size: int):
+    def __init__(self, spec: Any, leaves: List[_Leaf], size: int, structure: Any = None):
         self._spec = spec
         self._leaves = leaves
         self._size = size
+        self._structure = structure  # _spec_structure(spec), computed when first needed
+
+    @property
+    def structure(self) -> Any:
+        """Field names and nesting without the user's values: what batches must share to be joined."""
+        if self._structure is None:
+            self._structure = _spec_structure(self._spec)
+        return self._structure
 
     def __len__(self) -> int:
         return self._size
 
     def select(self, indices: Sequence[int]) -> "DefaultSiftingBatch":
-        if not isinstance(indices, torch.Tensor):
+        """The samples at ``indices``: Python ints, a ``range``, or an int64 tensor of indices."""
+        if isinstance(indices, range):
+            leaves = [leaf.select(indices) for leaf in self._leaves]
+            return DefaultSiftingBatch(self._spec, leaves, len(indices), self._structure)
+        index_tensor = None
+        if isinstance(indices, torch.Tensor):
+            index_tensor = indices
+        elif any(isinstance(leaf.value, torch.Tensor) for leaf in self._leaves):
             indices = list(indices)
-        n = len(indices)
-        return DefaultSiftingBatch(self._spec, [leaf.select(indices) for leaf in self._leaves], n)
+            index_tensor = _index_tensor(indices)
+        else:
+            indices = list(indices)
+        leaves = [leaf.select(indices, index_tensor) for leaf in self._leaves]
+        n = index_tensor.shape[0] if index_tensor is not None else len(indices)
+        return DefaultSiftingBatch(self._spec, leaves, n, self._structure)
+
+    def split_at(self, n: int) -> Tuple["DefaultSiftingBatch", "DefaultSiftingBatch"]:
+        """The first ``n`` samples and the rest (views of tensors and arrays, no copy)."""
+        firsts, rests = [], []
+        for leaf in self._leaves:
+            v = leaf.value
+            if isinstance(v, torch.Tensor):
+                a, b = v.tensor_split([n], dim=leaf.axis)
+                firsts.append(_Leaf(a, leaf.axis))
+                rests.append(_Leaf(b, leaf.axis))
+            else:
+                firsts.append(leaf.select(range(n)))
+                rests.append(leaf.select(range(n, leaf.size())))
+        return (
+            DefaultSiftingBatch(self._spec, firsts, n, self._structure),
+            DefaultSiftingBatch(self._spec, rests, self._size - n, self._structure),
+        )
 
     def concat(self, others: Sequence["DefaultSiftingBatch"]) -> "DefaultSiftingBatch":
         parts = [self] + list(others)
-        structure = _spec_structure(self._spec)
+        structure = self.structure
         for o in parts[1:]:
-            if not isinstance(o, DefaultSiftingBatch) or _spec_structure(o._spec) != structure:
+            if not isinstance(o, DefaultSiftingBatch) or (o.structure is not structure and o.structure != structure):
                 raise UnsupportedDataFormatException(
                     "cannot accumulate batches of different structure; every source batch must have the same fields"
                 )
-        paths = _leaf_paths(self._spec)
+        spec = self._spec
         leaves = [
-            _Leaf.concat([p._leaves[i] for p in parts], paths[i]) for i in range(len(self._leaves))
+            _Leaf.concat([p._leaves[i] for p in parts], lambda i=i: _leaf_paths(spec)[i])
+            for i in range(len(self._leaves))
         ]
-        return DefaultSiftingBatch(self._spec, leaves, sum(len(p) for p in parts))
+        return DefaultSiftingBatch(spec, leaves, sum(p._size for p in parts), structure)
 
     def to_user(self) -> Any:
         return _build(self._spec, self._leaves)
@@ -255,6 +326,29 @@ def _leaf_paths(spec: Any, prefix: str = "") -> List[str]:
     for i, c in enumerate(spec[2]):
         out.extend(_leaf_paths(c, f"{prefix}[{i}]"))
     return out
+
+
+def _tensor_fields(batch: Sequence[Any]) -> Optional[DefaultSiftingBatch]:
+    """The common case parsed directly: a list/tuple of tensors that share dimension 0.
+
+    The same tree the general parser builds, without its search for the sample count.
+    """
+    n = None
+    for e in batch:
+        if not isinstance(e, torch.Tensor) or e.ndim == 0 or (n is not None and e.shape[0] != n):
+            return None
+        n = e.shape[0]
+    if n is None:
+        return None
+    leaves = [_Leaf(e) for e in batch]
+    structure = _FIELDS_STRUCTURE.get(len(leaves))
+    if structure is None:
+        structure = _FIELDS_STRUCTURE[len(leaves)] = ("seq", tuple(("leaf", i) for i in range(len(leaves))))
+    return DefaultSiftingBatch(("seq", batch, [("leaf", i) for i in range(len(leaves))]), leaves, int(n), structure)
+
+
+# The structure of a list/tuple of k tensor fields, one object per k: joined batches compare by identity.
+_FIELDS_STRUCTURE: dict = {}
 
 
 class DefaultBatchTransform(SiftingBatchTransform):
@@ -312,6 +406,9 @@ class DefaultBatchTransform(SiftingBatchTransform):
         if fmt == SAMPLE_MAJOR:
             leaves.append(_Leaf(batch))
             return DefaultSiftingBatch(("leaf", 0), leaves, len(batch))
+        fields_of_tensors = _tensor_fields(batch)  # what default_collate makes of tuple datasets
+        if fields_of_tensors is not None:
+            return fields_of_tensors
         n = _dim1_size(batch)
         if n is None:
             raise UnsupportedDataFormatException(

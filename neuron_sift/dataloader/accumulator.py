@@ -36,8 +36,12 @@ class BatchAccumulator:
         if total == batch_size:
             self._pieces, self._size = [], 0
             return merged
-        out = merged.select(range(batch_size))
-        remainder = merged.select(range(batch_size, total))
+        split = getattr(merged, "split_at", None)  # DefaultSiftingBatch: views, one call per field
+        if split is not None:
+            out, remainder = split(batch_size)
+        else:
+            out = merged.select(range(batch_size))
+            remainder = merged.select(range(batch_size, total))
         self._pieces, self._size = [remainder], total - batch_size
         return out
 

@@ -1,6 +1,5 @@
 """The scoring pass: the user's loss in eval mode without gradients, and its checks."""
 
-import contextlib
 from typing import Any
 
 import torch
@@ -16,20 +15,34 @@ def model_device(model: torch.nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-@contextlib.contextmanager
-def scoring_mode(model: torch.nn.Module):
-    """Eval mode and no gradients for the scoring pass; every module's mode is restored."""
-    modes = [(m, m.training) for m in model.modules()]
-    model.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        for m, training in modes:
+class scoring_mode:
+    """Eval mode and no gradients for the scoring pass; every module's mode is restored.
+
+    ``model.eval()`` is called (not each flag set directly), so a model whose ``train()``
+    is overridden keeps its own behaviour. A class, not a generator context manager: this
+    runs once per source batch.
+    """
+
+    __slots__ = ("model", "modes", "grad")
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+
+    def __enter__(self) -> None:
+        self.modes = [(m, m.training) for m in self.model.modules()]
+        self.grad = torch.is_grad_enabled()
+        self.model.eval()
+        torch.set_grad_enabled(False)
+
+    def __exit__(self, *exc) -> None:
+        torch.set_grad_enabled(self.grad)
+        for m, training in self.modes:
             m.training = training
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:
+    if a == b:
+        return True
     if a.type != b.type:
         return False
     return a.index is None or b.index is None or a.index == b.index
@@ -41,12 +54,14 @@ def check_losses(losses: Any, n: int, device: torch.device) -> torch.Tensor:
         raise LossOutputException(
             f"loss_impl.loss must return a torch.Tensor with one loss per sample, got {type(losses).__name__}"
         )
-    if losses.dim() == 2 and losses.shape[1] == 1:
+    shape = losses.shape
+    if len(shape) == 2 and shape[1] == 1:
         losses = losses[:, 0]
-    if losses.dim() != 1 or losses.shape[0] != n:
+        shape = losses.shape
+    if len(shape) != 1 or shape[0] != n:
         raise LossOutputException(
             f"loss_impl.loss must return one loss per sample: expected shape [{n}] (or [{n}, 1]), got "
-            f"{list(losses.shape)}; build the criterion with reduction='none' and reduce any per-token "
+            f"{list(shape)}; build the criterion with reduction='none' and reduce any per-token "
             "losses to one value per sample"
         )
     if not losses.dtype.is_floating_point:
@@ -56,4 +71,4 @@ def check_losses(losses: Any, n: int, device: torch.device) -> torch.Tensor:
             f"loss_impl.loss returned losses on {losses.device} but the model is on {device}; "
             "compute the loss on the model's device"
         )
-    return losses.detach()
+    return losses.detach() if losses.requires_grad else losses

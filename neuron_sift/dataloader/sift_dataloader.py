@@ -341,8 +341,10 @@ class SiftingDataloader:
             self._timed("accumulate", self._staged_accumulate, scored, out, n_kept, indices)
         else:
             indices, n_nonfinite = self._timed("sift", self.sifter.read_selection, out)
-            n_kept = len(indices)
-            self._timed("accumulate", self._accumulator.add, transformed.select(indices))
+            n_kept = indices.shape[0]
+            # The default batch takes the index tensor; a user's SiftingBatch gets Python ints.
+            picked = indices if isinstance(transformed, DefaultSiftingBatch) else indices.tolist()
+            self._timed("accumulate", self._accumulator.add, transformed.select(picked))
         c.num_orig_samples_seen += n
         c.num_orig_samples_kept += n_kept
         c.num_orig_samples_sifted += n - n_kept
@@ -360,8 +362,9 @@ class SiftingDataloader:
             if indices is None:
                 indices, _ = self.sifter.read_selection(out)
             logger.info("relevance_values: %s", values.tolist())
-            logger.info("relevance_values_kept: %s", values[indices].tolist())
-            logger.info("kept_indices: %s", indices)
+            kept = torch.as_tensor(indices, dtype=torch.long)
+            logger.info("relevance_values_kept: %s", values[kept].tolist())
+            logger.info("kept_indices: %s", kept.tolist())
         if emit:
             yield from self._emit(staged, start)
 
@@ -442,7 +445,7 @@ class SiftingDataloader:
                 n_kept = self.sift_config.fixed_keep_count(n)
             elif host_fields:
                 indices, n_nonfinite = self.sifter.read_selection(out)
-                n_kept = len(indices)
+                n_kept = indices.shape[0]
             else:
                 n_kept, n_nonfinite = self.sifter.read_counts(out)
         if extraction:
@@ -591,8 +594,7 @@ class SiftingDataloader:
             mine = getattr(self.sift_config, key)
             if state[key] != mine:
                 raise ValueError(f"checkpoint has {key}={state[key]!r} but this loader's config has {mine!r}")
-        device = self.backend.device
-        self.sifter.state = SiftState(**{k: v.to(device) for k, v in state["sift_state"].items()})
+        self.sifter.state = SiftState(**{k: v.cpu() for k, v in state["sift_state"].items()})  # the sifter places it
         self.counts = SiftingCounts(**state["counts"])
         self._delay_progress = int(state["delay_progress"])
         self._epoch = int(state["epoch"])
