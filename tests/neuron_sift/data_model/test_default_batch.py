@@ -465,3 +465,56 @@ def test_transformed_batch_reads_like_the_users_batch():
     assert torch.equal(t[1], y)
     d = DefaultBatchTransform(3).transform({"x": x, "y": y})
     assert torch.equal(d["x"], x) and list(d) == ["x", "y"]
+
+
+def test_fields_of_tensors_parse_like_the_general_parser():
+    """The direct path for a list/tuple of tensor fields builds the general parser's tree."""
+    from neuron_sift.data_model.default_batch import _spec_structure
+
+    batch = default_collate(tuple_samples(B))
+    fast = DefaultBatchTransform(B).transform((batch[0], batch[1]))
+    general = DefaultBatchTransform(B).transform((batch[0], batch[1], list(batch[2])))  # a list field: general path
+    assert fast.structure == _spec_structure(fast._spec) == ("seq", (("leaf", 0), ("leaf", 1)))
+    assert general.structure[1][:2] == fast.structure[1]
+    assert_same(DefaultBatchTransform(B).reverse_transform(fast), (batch[0], batch[1]))
+
+
+def test_joining_batches_of_tensor_fields_checks_the_field_count_and_shapes():
+    t = DefaultBatchTransform(B)
+    two = t.transform((torch.zeros(B, 3), torch.zeros(B)))
+    three = t.transform((torch.zeros(B, 3), torch.zeros(B), torch.zeros(B)))
+    with pytest.raises(UnsupportedDataFormatException, match="different structure"):
+        two.concat([three])
+    wider = t.transform((torch.zeros(B, 4), torch.zeros(B)))
+    with pytest.raises(UnsupportedDataFormatException, match=r"field \[0\]: per-sample shape \(4,\)"):
+        two.concat([wider])
+    joined = two.concat([t.transform((torch.ones(B, 3), torch.ones(B)))])
+    assert len(joined) == 2 * B and joined.structure is two.structure
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: default_collate(tuple_samples(B)),
+        lambda: default_collate(dict_samples(B)),
+        lambda: np.arange(B * 2).reshape(B, 2),
+        lambda: list(tuple_samples(B)),
+    ],
+)
+def test_split_at_equals_selecting_the_two_ranges(make):
+    batch = make()
+    t = DefaultBatchTransform(B)
+    parsed = t.transform(batch)
+    first, rest = parsed.split_at(3)
+    assert (len(first), len(rest)) == (3, B - 3)
+    assert_same(t.reverse_transform(first), t.reverse_transform(parsed.select(range(3))))
+    assert_same(t.reverse_transform(rest), t.reverse_transform(parsed.select(list(range(3, B)))))
+
+
+def test_tensor_and_list_indices_select_the_same_rows():
+    batch = default_collate(dict_samples(B))
+    t = DefaultBatchTransform(B)
+    parsed = t.transform(batch)
+    by_tensor = t.reverse_transform(parsed.select(torch.tensor([3, 1, 2])))
+    by_list = t.reverse_transform(parsed.select([3, 1, 2]))
+    assert_same(by_tensor, by_list)
