@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """What does the sifting machinery itself cost, per source batch, against a training step?
 
 Machinery: everything ``SiftingDataloader`` does per source batch except the user's
@@ -6,18 +5,27 @@ scoring forward: the transform, ranking against the loss history, the draw, the 
 update, the gather of kept rows and the accumulation into full batches. Measured as
 
     (wall-clock of one epoch through the SiftingDataloader
-     - wall-clock of the same epoch through the plain source DataLoader) / source batches
+     - wall-clock of the same epoch through the plain source DataLoader, calling the same
+       loss on every batch) / source batches
 
 with a "loss" that is a column of the batch (no model), after a warm-up epoch (on XLA the
-warm-up compiles every graph; the timed epoch compiles nothing, and the record says so).
+warm-up compiles every graph; the timed epochs compile nothing, and the record says so).
 On XLA the clock is read after ``wait_device_ops``, so device time counts. The host-side
 phase timings of ``loader.metrics()["machinery_seconds"]`` are recorded too.
 
 It is set against one training step (forward, backward, Adam) of the suite's default model
 (the MNIST-1D 1-D CNN) at the same batch size on the same backend: ``share`` = machinery /
-step. Grid: batch sizes 32, 256, 1024 x history lengths 500, 4096, 32768, for both
-percentile kernels (``pairwise``: the B x H comparison ``percentile_rank``; ``auto``: what
-the engine uses, ``percentile_rank_auto``: the sort-based kernel from B x H >= 65536).
+step. Steps, sifted epochs and plain epochs are interleaved (each repeat times all three),
+so a change of machine speed during the run moves numerator and denominator together;
+medians over the repeats are reported.
+
+Engines compared (``--engines``):
+- ``pairwise``: the torch step with the B x H comparison (``percentile_rank``): the first
+  implementation, the "before";
+- ``torch``: the torch step as it runs on CUDA and XLA (``percentile_rank_auto``: the
+  sort-based kernel from B x H >= 65536);
+- ``host``: the NumPy step the eager backend runs on the CPU (``engine/cpu_step.py``);
+  eager only.
 
 ``python benchmarks/machinery.py --help`` for the options.
 """
@@ -42,10 +50,12 @@ from suite import CNN1D  # noqa: E402  (benchmarks/ is not a package)
 import neuron_sift  # noqa: E402
 import neuron_sift.engine.step as step_module  # noqa: E402
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader  # noqa: E402
+from neuron_sift.engine.sifter import Sifter  # noqa: E402
 from neuron_sift.kernels.percentile import percentile_rank, percentile_rank_auto  # noqa: E402
 from neuron_sift.sift_config.sift_configs import RelativeProbabilisticSiftConfig  # noqa: E402
 
-KERNELS = {"pairwise": percentile_rank, "auto": percentile_rank_auto}
+# engine -> (runs the NumPy host step, percentile kernel of the torch step)
+ENGINES = {"pairwise": (False, percentile_rank), "torch": (False, percentile_rank_auto), "host": (True, None)}
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
 
@@ -81,28 +91,42 @@ def compiles():
     return d[0] if d else 0
 
 
+class TrainStep:
+    """One training step (forward, backward, Adam) of the default model at batch size b."""
+
+    def __init__(self, b, device, wait):
+        torch.manual_seed(0)
+        self.model = CNN1D().to(device)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+        self.x = torch.randn(b, 40).to(device)
+        self.y = torch.randint(0, 10, (b,)).to(device)
+        self.wait = wait
+        self.seconds(3)  # warm-up (and, on XLA, compilation)
+
+    def seconds(self, reps):
+        """Median seconds of ``reps`` steps."""
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            self.opt.zero_grad(set_to_none=True)
+            F.cross_entropy(self.model(self.x), self.y).backward()
+            self.opt.step()
+            self.wait()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+
 def step_seconds(b, device, wait, reps):
     """Median seconds of one training step of the default model at batch size b."""
-    torch.manual_seed(0)
-    model = CNN1D().to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    x = torch.randn(b, 40).to(device)
-    y = torch.randint(0, 10, (b,)).to(device)
-    times = []
-    for i in range(reps + 3):
-        start = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        F.cross_entropy(model(x), y).backward()
-        opt.step()
-        wait()
-        if i >= 3:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return TrainStep(b, device, wait).seconds(reps)
 
 
-def machinery_seconds(b, h, mode, kernel, device, wait, batches, repeats):
-    """Per source batch: (wall-clock machinery, host-phase machinery, compiles in timed epochs)."""
-    step_module.percentile_rank_auto = KERNELS[kernel]
+def machinery_seconds(b, h, mode, engine, device, wait, batches, repeats, train_step=None):
+    """Per source batch: (wall-clock machinery, host-phase machinery, compiles in timed epochs,
+    training step seconds or None), medians over ``repeats`` interleaved repeats."""
+    host_step, kernel = ENGINES[engine]
+    if kernel is not None:
+        step_module.percentile_rank_auto = kernel
     try:
         n = b * batches
         g = torch.Generator().manual_seed(0)
@@ -119,14 +143,18 @@ def machinery_seconds(b, h, mode, kernel, device, wait, batches, repeats):
         def source():
             return DataLoader(data, batch_size=b, shuffle=True, generator=torch.Generator().manual_seed(1))
 
-        loader = SiftingDataloader(sift_config=config, orig_dataloader=source(), loss_impl=ColumnLoss(), model=model)
+        user_loss = ColumnLoss()
+        loader = SiftingDataloader(sift_config=config, orig_dataloader=source(), loss_impl=user_loss, model=model)
+        loader.sifter = Sifter(config, loader.backend, loader.ranks, host_step=host_step)
         for _ in loader:  # warm-up epoch: compiles every graph on XLA
             pass
         wait()
-        sift_times, plain_times = [], []
+        sift_times, plain_times, step_times = [], [], []
         host = 0.0
         c0 = compiles()
         for _ in range(repeats):
+            if train_step is not None:
+                step_times.append(train_step.seconds(5))
             before = sum(v[0] for k, v in loader.timings.items() if k != "calculate_relevance_values")
             start = time.perf_counter()
             for _ in loader:
@@ -135,13 +163,16 @@ def machinery_seconds(b, h, mode, kernel, device, wait, batches, repeats):
             sift_times.append(time.perf_counter() - start)
             host += sum(v[0] for k, v in loader.timings.items() if k != "calculate_relevance_values") - before
             start = time.perf_counter()
-            for batch in source():  # the same epoch without sifting: loading and the move to the device
-                [t.to(device) for t in batch]
+            for batch in source():  # the same epoch without sifting: loading, the move to the device, the loss
+                moved = [t.to(device) for t in batch]
+                with torch.no_grad():
+                    user_loss.loss(model, moved, moved)
             wait()
             plain_times.append(time.perf_counter() - start)
         new_compiles = compiles() - c0
         wall = (statistics.median(sift_times) - statistics.median(plain_times)) / batches
-        return max(wall, 0.0), host / (repeats * batches), new_compiles
+        step = statistics.median(step_times) if step_times else None
+        return max(wall, 0.0), host / (repeats * batches), new_compiles, step
     finally:
         step_module.percentile_rank_auto = percentile_rank_auto
 
@@ -156,10 +187,14 @@ def parse_args(argv=None):
     p.add_argument("--batch-sizes", default="32,256,1024", help="comma-separated (default 32,256,1024)")
     p.add_argument("--histories", default="500,4096,32768", help="comma-separated (default 500,4096,32768)")
     p.add_argument("--backends", default="eager,xla", help="comma-separated subset of eager,xla (default both)")
-    p.add_argument("--kernels", default="pairwise,auto", help="comma-separated subset of pairwise,auto (default both)")
+    p.add_argument(
+        "--engines",
+        default="pairwise,torch,host",
+        help="comma-separated subset of pairwise,torch,host (default all; host runs on eager only)",
+    )
     p.add_argument("--mode", choices=("probabilistic", "fixed"), default="probabilistic", help="selection mode (default probabilistic)")
-    p.add_argument("--batches", type=int, default=12, help="source batches per timed epoch (default 12)")
-    p.add_argument("--repeats", type=int, default=3, help="timed epochs; medians are taken (default 3)")
+    p.add_argument("--batches", type=int, default=24, help="source batches per timed epoch (default 24)")
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats; medians are taken (default 5)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1; 0: torch's default)")
     p.add_argument("--json", type=Path, help=f"JSON lines file to append to (default {DEFAULT_OUT}/machinery.jsonl)")
     p.add_argument("--markdown", action="store_true", help="print the table as Markdown")
@@ -179,9 +214,9 @@ def parse_args(argv=None):
     args.backends = [s.strip() for s in args.backends.split(",") if s.strip()]
     if not args.backends or any(b not in ("eager", "xla") for b in args.backends):
         p.error("--backends: eager and/or xla")
-    args.kernels = [s.strip() for s in args.kernels.split(",") if s.strip()]
-    if not args.kernels or any(k not in KERNELS for k in args.kernels):
-        p.error("--kernels: pairwise and/or auto")
+    args.engines = [s.strip() for s in args.engines.split(",") if s.strip()]
+    if not args.engines or any(k not in ENGINES for k in args.engines):
+        p.error("--engines: a subset of pairwise, torch, host")
     if args.batches < 2 or args.repeats < 1:
         p.error("--batches must be >= 2 and --repeats >= 1")
     return args
@@ -211,16 +246,23 @@ def main(argv=None) -> int:
     rows = []
     for backend in args.backends:
         device, wait = setups[backend]
+        engines = [e for e in args.engines if backend == "eager" or not ENGINES[e][0]]
         for b in args.batch_sizes:
-            step = step_seconds(b, device, wait, reps=10)
+            train_step = TrainStep(b, device, wait)
             for h in args.histories:
-                row = {"backend": backend, "batch_size": b, "history": h, "step_ms": round(1e3 * step, 3)}
-                for kernel in args.kernels:
-                    wall, host, new_compiles = machinery_seconds(b, h, args.mode, kernel, device, wait, args.batches, args.repeats)
-                    row[f"{kernel}_ms"] = round(1e3 * wall, 3)
-                    row[f"{kernel}_host_ms"] = round(1e3 * host, 3)
-                    row[f"{kernel}_share"] = round(wall / step, 4)
-                    row[f"{kernel}_compiles_after_warmup"] = new_compiles
+                row = {"backend": backend, "batch_size": b, "history": h}
+                steps = []
+                for engine in engines:
+                    wall, host, new_compiles, step = machinery_seconds(
+                        b, h, args.mode, engine, device, wait, args.batches, args.repeats, train_step
+                    )
+                    steps.append(step)
+                    row[f"{engine}_ms"] = round(1e3 * wall, 3)
+                    row[f"{engine}_host_ms"] = round(1e3 * host, 3)
+                    row[f"{engine}_step_ms"] = round(1e3 * step, 3)
+                    row[f"{engine}_share"] = round(wall / step, 4)
+                    row[f"{engine}_compiles_after_warmup"] = new_compiles
+                row["step_ms"] = round(1e3 * statistics.median(steps), 3)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
                 with open(json_path, "a", encoding="utf-8") as f:
@@ -237,20 +279,24 @@ def main(argv=None) -> int:
                         + "\n"
                     )
     print()
-    print(format_table(rows, args.kernels, args.markdown))
+    print(format_table(rows, args.engines, args.markdown))
     print(f"\nrecords: {json_path}")
     return 0
 
 
-def format_table(rows, kernels, markdown=False):
+def format_table(rows, engines, markdown=False):
+    """Per engine: machinery ms per source batch and % of the training step (timed beside it)."""
     head = ["backend", "B", "H", "train step ms"]
-    for k in kernels:
+    for k in engines:
         head += [f"{k} ms", f"{k} % of step"]
     lines = []
     for r in rows:
         cells = [r["backend"], str(r["batch_size"]), str(r["history"]), f"{r['step_ms']:.2f}"]
-        for k in kernels:
-            cells += [f"{r[f'{k}_ms']:.3f}", f"{100 * r[f'{k}_share']:.1f}"]
+        for k in engines:
+            if f"{k}_ms" in r:
+                cells += [f"{r[f'{k}_ms']:.3f}", f"{100 * r[f'{k}_share']:.1f}"]
+            else:
+                cells += ["-", "-"]
         lines.append(cells)
     if markdown:
         out = ["| " + " | ".join(head) + " |", "|" + "|".join(" --- " for _ in head) + "|"]

@@ -36,7 +36,7 @@ def test_help_lists_the_options():
         assert option in proc.stdout
     proc = run(MACHINERY, "--help")
     assert proc.returncode == 0, proc.stderr
-    for option in ("--batch-sizes", "--histories", "--backends", "--kernels"):
+    for option in ("--batch-sizes", "--histories", "--backends", "--engines", "--repeats"):
         assert option in proc.stdout
 
 
@@ -216,16 +216,37 @@ def test_tiny_machinery_run(tmp_path):
     assert [(r["batch_size"], r["history"]) for r in rows] == [(32, 500), (32, 2048), (64, 500), (64, 2048)]
     for r in rows:
         assert r["backend"] == "eager" and r["step_ms"] > 0
-        for k in ("pairwise", "auto"):
-            assert r[f"{k}_ms"] >= 0 and r[f"{k}_host_ms"] > 0
-            assert r[f"{k}_share"] == pytest.approx(r[f"{k}_ms"] / r["step_ms"], rel=0.02, abs=1e-3)
+        for k in ("pairwise", "torch", "host"):
+            assert r[f"{k}_ms"] >= 0 and r[f"{k}_host_ms"] > 0 and r[f"{k}_step_ms"] > 0
+            assert r[f"{k}_share"] == pytest.approx(r[f"{k}_ms"] / r[f"{k}_step_ms"], rel=0.02, abs=1e-3)
     assert "% of step" in proc.stdout
-    # the benchmark restores the engine's kernel when it is done
+    # each engine really runs: the torch step on the CPU for pairwise/torch, the host step for host
     sys.path.insert(0, str(BENCH))
     import machinery
     import neuron_sift.engine.step as step_module
+    from neuron_sift.engine import cpu_step
     from neuron_sift.kernels.percentile import percentile_rank_auto
 
-    machinery.machinery_seconds(16, 64, "fixed", "pairwise", torch.device("cpu"), lambda: None, batches=2, repeats=1)
+    calls = {"host": 0, "torch": 0}
+    real_host, real_torch = cpu_step.sift_step_cpu, step_module.sift_step
+
+    def count(name, fn):
+        def wrapped(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+        return wrapped
+
+    import neuron_sift.engine.sifter as sifter_module
+
+    try:
+        sifter_module.sift_step_cpu = count("host", real_host)
+        sifter_module.sift_step = count("torch", real_torch)
+        machinery.machinery_seconds(16, 64, "fixed", "pairwise", torch.device("cpu"), lambda: None, batches=2, repeats=1)
+        assert calls == {"host": 0, "torch": 4}  # warm-up epoch + 1 timed epoch, 2 source batches each
+        machinery.machinery_seconds(16, 64, "fixed", "host", torch.device("cpu"), lambda: None, batches=2, repeats=1)
+        assert calls["host"] == 4
+    finally:
+        sifter_module.sift_step_cpu, sifter_module.sift_step = real_host, real_torch
+    # the benchmark restores the engine's kernel when it is done
     assert step_module.percentile_rank_auto is percentile_rank_auto
     assert math.isfinite(machinery.step_seconds(16, torch.device("cpu"), lambda: None, reps=2))
