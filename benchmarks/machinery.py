@@ -16,8 +16,9 @@ phase timings of ``loader.metrics()["machinery_seconds"]`` are recorded too.
 It is set against one training step (forward, backward, Adam) of the suite's default model
 (the MNIST-1D 1-D CNN) at the same batch size on the same backend: ``share`` = machinery /
 step. Steps, sifted epochs and plain epochs are interleaved (each repeat times all three),
-so a change of machine speed during the run moves numerator and denominator together;
-medians over the repeats are reported.
+so a change of machine speed during the run moves numerator and denominator together:
+each repeat's machinery is its sifted epoch minus the plain epoch right after it, its
+share that over the step timed just before; medians over the repeats are reported.
 
 Engines compared (``--engines``):
 - ``pairwise``: the torch step with the B x H comparison (``percentile_rank``): the first
@@ -31,6 +32,7 @@ Engines compared (``--engines``):
 """
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -56,6 +58,7 @@ from neuron_sift.sift_config.sift_configs import RelativeProbabilisticSiftConfig
 
 # engine -> (runs the NumPy host step, percentile kernel of the torch step)
 ENGINES = {"pairwise": (False, percentile_rank), "torch": (False, percentile_rank_auto), "host": (True, None)}
+RUN_ORDER = ("host", "torch", "pairwise")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
 
@@ -123,7 +126,8 @@ def step_seconds(b, device, wait, reps):
 
 def machinery_seconds(b, h, mode, engine, device, wait, batches, repeats, train_step=None):
     """Per source batch: (wall-clock machinery, host-phase machinery, compiles in timed epochs,
-    training step seconds or None), medians over ``repeats`` interleaved repeats."""
+    training step seconds or None, machinery / step or None), medians over ``repeats``
+    interleaved repeats."""
     host_step, kernel = ENGINES[engine]
     if kernel is not None:
         step_module.percentile_rank_auto = kernel
@@ -170,9 +174,13 @@ def machinery_seconds(b, h, mode, engine, device, wait, batches, repeats, train_
             wait()
             plain_times.append(time.perf_counter() - start)
         new_compiles = compiles() - c0
-        wall = (statistics.median(sift_times) - statistics.median(plain_times)) / batches
+        # Paired: each repeat's sifted epoch against the plain epoch right after it, so a
+        # drift of the machine's speed cancels; the median over repeats is reported.
+        diffs = [(s - p) / batches for s, p in zip(sift_times, plain_times)]
+        wall = statistics.median(diffs)
         step = statistics.median(step_times) if step_times else None
-        return max(wall, 0.0), host / (repeats * batches), new_compiles, step
+        share = statistics.median(d / t for d, t in zip(diffs, step_times)) if step_times else None
+        return max(wall, 0.0), host / (repeats * batches), new_compiles, step, share
     finally:
         step_module.percentile_rank_auto = percentile_rank_auto
 
@@ -193,8 +201,8 @@ def parse_args(argv=None):
         help="comma-separated subset of pairwise,torch,host (default all; host runs on eager only)",
     )
     p.add_argument("--mode", choices=("probabilistic", "fixed"), default="probabilistic", help="selection mode (default probabilistic)")
-    p.add_argument("--batches", type=int, default=24, help="source batches per timed epoch (default 24)")
-    p.add_argument("--repeats", type=int, default=5, help="timed repeats; medians are taken (default 5)")
+    p.add_argument("--batches", type=int, default=32, help="source batches per timed epoch (default 32)")
+    p.add_argument("--repeats", type=int, default=9, help="timed repeats; medians are taken (default 9)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1; 0: torch's default)")
     p.add_argument("--json", type=Path, help=f"JSON lines file to append to (default {DEFAULT_OUT}/machinery.jsonl)")
     p.add_argument("--markdown", action="store_true", help="print the table as Markdown")
@@ -246,21 +254,24 @@ def main(argv=None) -> int:
     rows = []
     for backend in args.backends:
         device, wait = setups[backend]
-        engines = [e for e in args.engines if backend == "eager" or not ENGINES[e][0]]
+        # Cheapest first: the pairwise kernel's B x H temporaries (up to ~100 MB) leave the
+        # allocator in a state that slows whatever runs after it in the same process.
+        engines = [e for e in RUN_ORDER if e in args.engines and (backend == "eager" or not ENGINES[e][0])]
         for b in args.batch_sizes:
             train_step = TrainStep(b, device, wait)
             for h in args.histories:
                 row = {"backend": backend, "batch_size": b, "history": h}
                 steps = []
                 for engine in engines:
-                    wall, host, new_compiles, step = machinery_seconds(
+                    wall, host, new_compiles, step, share = machinery_seconds(
                         b, h, args.mode, engine, device, wait, args.batches, args.repeats, train_step
                     )
                     steps.append(step)
+                    gc.collect()
                     row[f"{engine}_ms"] = round(1e3 * wall, 3)
                     row[f"{engine}_host_ms"] = round(1e3 * host, 3)
                     row[f"{engine}_step_ms"] = round(1e3 * step, 3)
-                    row[f"{engine}_share"] = round(wall / step, 4)
+                    row[f"{engine}_share"] = round(max(share, 0.0), 4)
                     row[f"{engine}_compiles_after_warmup"] = new_compiles
                 row["step_ms"] = round(1e3 * statistics.median(steps), 3)
                 rows.append(row)

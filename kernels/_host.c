@@ -88,11 +88,28 @@ static int get_buffer(PyObject *obj, Py_buffer *view, const char *fmt, int writa
     return 0;
 }
 
-/* rank(losses, n_valid, ordered, fill, out) -> number of non-finite losses among the valid rows
- *
- * out[i] (i < n_valid): mid-rank percentile of losses[i] among ordered[:fill] (sorted), or of 0.0
- * for a non-finite loss (the torch step ranks those as 0.0; they are kept whatever their rank);
- * out[i] (i >= n_valid, padding rows): 1.0. With fill == 0 every percentile is 1.0. */
+/* Mid-rank percentile of each valid loss among a[:fill] (sorted) into out; a non-finite loss
+ * is ranked as 0.0 (the torch step ranks those as 0.0; they are kept whatever their rank);
+ * padding rows (i >= n_valid) get 1.0, and so does everything when fill == 0. Returns the
+ * number of non-finite valid losses. */
+static Py_ssize_t rank_core(const float *l, Py_ssize_t n_valid, const float *a, Py_ssize_t fill, float *out,
+                            Py_ssize_t rows) {
+    Py_ssize_t nonfinite = 0;
+    const float denom = (float)fill;
+    for (Py_ssize_t i = 0; i < n_valid; i++) {
+        float x = l[i];
+        if (!isfinite(x)) { nonfinite++; x = 0.0f; }
+        if (fill == 0) { out[i] = 1.0f; continue; }
+        Py_ssize_t less = count_less(a, fill, x);
+        Py_ssize_t not_greater = (less < fill && a[less] == x) ? count_not_greater(a, fill, x) : less;
+        float twice = (float)(less + not_greater); /* exact below 2**24 */
+        out[i] = (twice * 0.5f) / denom;
+    }
+    for (Py_ssize_t i = n_valid; i < rows; i++) out[i] = 1.0f;
+    return nonfinite;
+}
+
+/* rank(losses, n_valid, ordered, fill, out) -> number of non-finite losses among the valid rows */
 static PyObject *rank(PyObject *self, PyObject *args) {
     PyObject *lo, *oo, *outo;
     Py_ssize_t n_valid, fill;
@@ -107,69 +124,49 @@ static PyObject *rank(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "rank: sizes out of range");
         goto done;
     }
-    const float *l = (const float *)lb.buf, *a = (const float *)ob.buf;
-    float *out = (float *)outb.buf;
-    Py_ssize_t nonfinite = 0;
-    const float denom = (float)fill;
-    for (Py_ssize_t i = 0; i < n_valid; i++) {
-        float x = l[i];
-        if (!isfinite(x)) { nonfinite++; x = 0.0f; }
-        if (fill == 0) { out[i] = 1.0f; continue; }
-        Py_ssize_t less = count_less(a, fill, x);
-        Py_ssize_t not_greater = (less < fill && a[less] == x) ? count_not_greater(a, fill, x) : less;
-        float twice = (float)(less + not_greater); /* exact below 2**24 */
-        out[i] = (twice * 0.5f) / denom;
-    }
-    for (Py_ssize_t i = n_valid; i < rows; i++) out[i] = 1.0f;
-    result = PyLong_FromSsize_t(nonfinite);
+    result = PyLong_FromSsize_t(rank_core((const float *)lb.buf, n_valid, (const float *)ob.buf, fill,
+                                          (float *)outb.buf, rows));
 done:
     PyBuffer_Release(&lb); PyBuffer_Release(&ob); PyBuffer_Release(&outb);
     return result;
 }
 
-/* record(values, mask, n, history, ordered, pos, fill) -> (pos, fill)
- *
- * Appends values[i] for i < n that are finite (and mask[i] != 0, when mask is not None) to the
- * ring buffer history (H slots; the first fill are in use; pos is the next slot), in order;
- * when more than H are written only the last H land. ordered (H floats) holds history[:fill]
- * sorted and is kept so: the overwritten values are removed and the new ones merged in. */
-static PyObject *record(PyObject *self, PyObject *args) {
-    PyObject *vo, *mo, *ho, *oo;
-    Py_ssize_t n, pos, fill;
-    if (!PyArg_ParseTuple(args, "OOnOOnn", &vo, &mo, &n, &ho, &oo, &pos, &fill)) return NULL;
-    Py_buffer vb, mb, hb, ob;
-    int has_mask = mo != Py_None;
-    if (get_buffer(vo, &vb, "f", 0, "values") != 0) return NULL;
-    if (has_mask && get_buffer(mo, &mb, "?", 0, "mask") != 0) { PyBuffer_Release(&vb); return NULL; }
-    if (get_buffer(ho, &hb, "f", 1, "history") != 0) {
-        PyBuffer_Release(&vb); if (has_mask) PyBuffer_Release(&mb); return NULL;
+/* One scratch buffer for record_core, kept between calls and grown as needed: a fresh
+ * malloc of tens of kB per source batch would be new memory for the cache every time.
+ * Calls hold the GIL, so there is one user at a time. */
+static float *g_work = NULL;
+static size_t g_work_cells = 0;
+
+static float *work_buffer(size_t cells) {
+    if (cells > g_work_cells) {
+        float *grown = (float *)realloc(g_work, sizeof(float) * cells);
+        if (!grown) { PyErr_NoMemory(); return NULL; }
+        g_work = grown;
+        g_work_cells = cells;
     }
-    if (get_buffer(oo, &ob, "f", 1, "ordered") != 0) {
-        PyBuffer_Release(&vb); if (has_mask) PyBuffer_Release(&mb); PyBuffer_Release(&hb); return NULL;
-    }
-    PyObject *result = NULL;
-    float *work = NULL;
-    Py_ssize_t h = hb.shape[0];
-    if (ob.shape[0] != h || h < 1 || n < 0 || n > vb.shape[0] || (has_mask && mb.shape[0] < n) || pos < 0 ||
-        pos >= h || fill < 0 || fill > h) {
-        PyErr_SetString(PyExc_ValueError, "record: sizes out of range");
-        goto done;
-    }
-    const float *v = (const float *)vb.buf;
-    const char *m = has_mask ? (const char *)mb.buf : NULL;
-    float *hist = (float *)hb.buf, *ord = (float *)ob.buf;
+    return g_work;
+}
+
+/* Append values[i] (i < n, finite, mask[i] != 0 when mask is given) to the ring buffer hist
+ * (h slots, the first fill in use, pos the next slot) in order, only the last h when more
+ * come; ord holds hist[:fill] sorted and is kept so (overwritten values removed, new ones
+ * merged in). Returns 0, or -1 with a Python exception set. */
+static int record_core(const float *v, const char *m, Py_ssize_t n, float *hist, float *ord, Py_ssize_t h,
+                       Py_ssize_t *pos_io, Py_ssize_t *fill_io) {
+    Py_ssize_t pos = *pos_io, fill = *fill_io;
     /* work (4-byte cells): new values [n] | sorted new [n] | evicted [n] | sorted evicted [n] |
      * merged [h] | scratch [max(n, h)] | evicted keys [n + 1] | new keys [n + 1] */
     Py_ssize_t big = n > h ? n : h;
-    work = (float *)malloc(sizeof(float) * (size_t)(6 * n + h + big + 3));
-    if (!work) { PyErr_NoMemory(); goto done; }
+    float *work = work_buffer((size_t)(6 * n + h + big + 3));
+    if (!work) return -1;
     float *fresh = work, *fresh_sorted = work + n, *evicted = work + 2 * n, *evicted_sorted = work + 3 * n;
     float *merged = work + 4 * n, *scratch = merged + h;
     uint32_t *evicted_keys = (uint32_t *)(scratch + big), *fresh_keys = evicted_keys + n + 1;
+    int status = 0;
     Py_ssize_t w = 0;
     for (Py_ssize_t i = 0; i < n; i++)
         if ((!m || m[i]) && isfinite(v[i])) fresh[w++] = v[i];
-    if (w == 0) { result = Py_BuildValue("(nn)", pos, fill); goto done; }
+    if (w == 0) goto done;
     Py_ssize_t land = w < h ? w : h;
     const float *landing = fresh + (w - land);
     Py_ssize_t start = (pos + (w - land)) % h;
@@ -208,13 +205,43 @@ static PyObject *record(PyObject *self, PyObject *args) {
         while (k < land) merged[o++] = fresh_sorted[k++];
         if (j != e || o != new_fill) {
             PyErr_SetString(PyExc_RuntimeError, "record: the sorted history does not match the history");
+            status = -1;
             goto done;
         }
         memcpy(ord, merged, sizeof(float) * (size_t)new_fill);
     }
-    result = Py_BuildValue("(nn)", (pos + w) % h, new_fill);
+    *pos_io = (pos + w) % h;
+    *fill_io = new_fill;
 done:
-    free(work);
+    return status;
+}
+
+/* record(values, mask, n, history, ordered, pos, fill) -> (pos, fill): record_core on arrays. */
+static PyObject *record(PyObject *self, PyObject *args) {
+    PyObject *vo, *mo, *ho, *oo;
+    Py_ssize_t n, pos, fill;
+    if (!PyArg_ParseTuple(args, "OOnOOnn", &vo, &mo, &n, &ho, &oo, &pos, &fill)) return NULL;
+    Py_buffer vb, mb, hb, ob;
+    int has_mask = mo != Py_None;
+    if (get_buffer(vo, &vb, "f", 0, "values") != 0) return NULL;
+    if (has_mask && get_buffer(mo, &mb, "?", 0, "mask") != 0) { PyBuffer_Release(&vb); return NULL; }
+    if (get_buffer(ho, &hb, "f", 1, "history") != 0) {
+        PyBuffer_Release(&vb); if (has_mask) PyBuffer_Release(&mb); return NULL;
+    }
+    if (get_buffer(oo, &ob, "f", 1, "ordered") != 0) {
+        PyBuffer_Release(&vb); if (has_mask) PyBuffer_Release(&mb); PyBuffer_Release(&hb); return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t h = hb.shape[0];
+    if (ob.shape[0] != h || h < 1 || n < 0 || n > vb.shape[0] || (has_mask && mb.shape[0] < n) || pos < 0 ||
+        pos >= h || fill < 0 || fill > h) {
+        PyErr_SetString(PyExc_ValueError, "record: sizes out of range");
+        goto done;
+    }
+    if (record_core((const float *)vb.buf, has_mask ? (const char *)mb.buf : NULL, n, (float *)hb.buf,
+                    (float *)ob.buf, h, &pos, &fill) == 0)
+        result = Py_BuildValue("(nn)", pos, fill);
+done:
     PyBuffer_Release(&vb); if (has_mask) PyBuffer_Release(&mb); PyBuffer_Release(&hb); PyBuffer_Release(&ob);
     return result;
 }
@@ -244,6 +271,37 @@ done:
     return result;
 }
 
+/* rank_and_record(losses, n_valid, history, ordered, pos, fill, out) -> (non-finite, pos, fill)
+ * rank() against the history as it is, then record() of the valid finite losses: one call
+ * for the common step (no global history). */
+static PyObject *rank_and_record(PyObject *self, PyObject *args) {
+    PyObject *lo, *ho, *oo, *outo;
+    Py_ssize_t n_valid, pos, fill;
+    if (!PyArg_ParseTuple(args, "OnOOnnO", &lo, &n_valid, &ho, &oo, &pos, &fill, &outo)) return NULL;
+    Py_buffer lb, hb, ob, outb;
+    if (get_buffer(lo, &lb, "f", 0, "losses") != 0) return NULL;
+    if (get_buffer(ho, &hb, "f", 1, "history") != 0) { PyBuffer_Release(&lb); return NULL; }
+    if (get_buffer(oo, &ob, "f", 1, "ordered") != 0) { PyBuffer_Release(&lb); PyBuffer_Release(&hb); return NULL; }
+    if (get_buffer(outo, &outb, "f", 1, "out") != 0) {
+        PyBuffer_Release(&lb); PyBuffer_Release(&hb); PyBuffer_Release(&ob); return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t h = hb.shape[0], rows = outb.shape[0];
+    if (n_valid < 0 || n_valid > rows || lb.shape[0] < n_valid || ob.shape[0] != h || h < 1 || pos < 0 ||
+        pos >= h || fill < 0 || fill > h) {
+        PyErr_SetString(PyExc_ValueError, "rank_and_record: sizes out of range");
+        goto done;
+    }
+    const float *l = (const float *)lb.buf;
+    float *hist = (float *)hb.buf, *ord = (float *)ob.buf;
+    Py_ssize_t nonfinite = rank_core(l, n_valid, ord, fill, (float *)outb.buf, rows);
+    if (record_core(l, NULL, n_valid, hist, ord, h, &pos, &fill) == 0)
+        result = Py_BuildValue("(nnn)", nonfinite, pos, fill);
+done:
+    PyBuffer_Release(&lb); PyBuffer_Release(&hb); PyBuffer_Release(&ob); PyBuffer_Release(&outb);
+    return result;
+}
+
 /* ---- the counter-based hash of kernels/random.py ------------------------------------- */
 
 static inline uint64_t mix31(uint64_t x) {
@@ -253,6 +311,15 @@ static inline uint64_t mix31(uint64_t x) {
     x ^= x >> 15;
     x = (x * 0x297A2D39ull) & 0x7FFFFFFFull;
     return x ^ (x >> 16);
+}
+
+static inline float uniform_at(uint64_t key, uint64_t row) {
+    uint64_t h = mix31(mix31(key ^ mix31(row + 0x1E3779B9ull)) + row);
+    return ((float)(h >> 8) + 0.5f) * (1.0f / 8388608.0f); /* exact: 23-bit integers */
+}
+
+static inline uint64_t draw_key(long long seed, long long counter) {
+    return mix31(mix31((uint64_t)seed + 0x1E3779B9ull) ^ ((uint64_t)counter & 0x7FFFFFFFull));
 }
 
 /* uniforms(seed, counter, out): out[r] = uniform_from_counter(seed, counter, len(out))[r] */
@@ -267,18 +334,58 @@ static PyObject *uniforms(PyObject *self, PyObject *args) {
     Py_buffer outb;
     if (get_buffer(outo, &outb, "f", 1, "out") != 0) return NULL;
     float *out = (float *)outb.buf;
-    const uint64_t golden = 0x1E3779B9ull;
-    uint64_t key = mix31(mix31((uint64_t)seed + golden) ^ ((uint64_t)counter & 0x7FFFFFFFull));
-    for (Py_ssize_t r = 0; r < outb.shape[0]; r++) {
-        uint64_t row = (uint64_t)r;
-        uint64_t h = mix31(mix31(key ^ mix31(row + golden)) + row);
-        out[r] = ((float)(h >> 8) + 0.5f) * (1.0f / 8388608.0f); /* exact: 23-bit integers */
-    }
+    uint64_t key = draw_key(seed, counter);
+    for (Py_ssize_t r = 0; r < outb.shape[0]; r++) out[r] = uniform_at(key, (uint64_t)r);
     PyBuffer_Release(&outb);
     Py_RETURN_NONE;
 }
 
+/* draw_keep(seed, counter, p, losses, n_valid, out) -> kept count
+ * The probabilistic draw: row i < n_valid is kept when its uniform (uniforms(seed, counter))
+ * is below p[i], or when losses[i] is not finite (always kept). The kept rows, ascending,
+ * go to out[:count] (int64). */
+static PyObject *draw_keep(PyObject *self, PyObject *args) {
+    long long seed, counter;
+    PyObject *po, *lo, *outo;
+    Py_ssize_t n_valid;
+    if (!PyArg_ParseTuple(args, "LLOOnO", &seed, &counter, &po, &lo, &n_valid, &outo)) return NULL;
+    if (seed < 0 || counter < 0) {
+        PyErr_SetString(PyExc_ValueError, "draw_keep: seed and counter must be >= 0");
+        return NULL;
+    }
+    Py_buffer pb, lb, outb;
+    if (get_buffer(po, &pb, "f", 0, "p") != 0) return NULL;
+    if (get_buffer(lo, &lb, "f", 0, "losses") != 0) { PyBuffer_Release(&pb); return NULL; }
+    if (PyObject_GetBuffer(outo, &outb, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) != 0) {
+        PyBuffer_Release(&pb); PyBuffer_Release(&lb); return NULL;
+    }
+    PyObject *result = NULL;
+    if (outb.ndim != 1 || outb.itemsize != 8 || !outb.format || !strchr("lq", outb.format[strlen(outb.format) - 1])) {
+        PyErr_SetString(PyExc_TypeError, "draw_keep: out must be a 1-D C-contiguous int64 array");
+        goto done;
+    }
+    if (n_valid < 0 || n_valid > pb.shape[0] || n_valid > lb.shape[0] || n_valid > outb.shape[0]) {
+        PyErr_SetString(PyExc_ValueError, "draw_keep: sizes out of range");
+        goto done;
+    }
+    const float *p = (const float *)pb.buf, *l = (const float *)lb.buf;
+    int64_t *out = (int64_t *)outb.buf;
+    uint64_t key = draw_key(seed, counter);
+    Py_ssize_t count = 0;
+    for (Py_ssize_t i = 0; i < n_valid; i++) {
+        out[count] = i;
+        count += (uniform_at(key, (uint64_t)i) < p[i]) | !isfinite(l[i]);
+    }
+    result = PyLong_FromSsize_t(count);
+done:
+    PyBuffer_Release(&pb); PyBuffer_Release(&lb); PyBuffer_Release(&outb);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"rank_and_record", rank_and_record, METH_VARARGS,
+     "rank_and_record(losses, n_valid, history, ordered, pos, fill, out) -> (non-finite count, pos, fill)"},
+    {"draw_keep", draw_keep, METH_VARARGS, "draw_keep(seed, counter, p, losses, n_valid, out) -> kept count"},
     {"uniforms", uniforms, METH_VARARGS, "uniforms(seed, counter, out): the hash uniforms of draw number counter"},
     {"rank", rank, METH_VARARGS, "rank(losses, n_valid, ordered, fill, out) -> non-finite count"},
     {"record", record, METH_VARARGS, "record(values, mask, n, history, ordered, pos, fill) -> (pos, fill)"},

@@ -179,6 +179,10 @@ class _Leaf:
         """The samples of ``parts`` in order; ``path`` (or a function giving it) names the field in errors."""
         first = parts[0]
         v = first.value
+        if isinstance(v, torch.Tensor) and first.axis == 0:  # the common case, checked cheaply
+            tail = v.shape[1:]
+            if all(isinstance(p.value, torch.Tensor) and p.value.shape[1:] == tail for p in parts):
+                return _Leaf(torch.cat([p.value for p in parts]), 0)
         if callable(path):
             path = _LazyText(path)
         for p in parts[1:]:

@@ -123,6 +123,7 @@ class _Scratch:
         self.p_t = torch.empty(rows, dtype=torch.float32)
         self.pct, self.p = self.pct_t.numpy(), self.p_t.numpy()
         self.u = np.empty(rows, dtype=np.float32)
+        self.kept = np.empty(rows, dtype=np.int64)
 
 
 def _record_numpy(history: np.ndarray, pos: int, fill: int, values: np.ndarray) -> Tuple[int, int]:
@@ -214,48 +215,58 @@ def sift_step_cpu(
     if scratch is None:
         scratch = state.scratch[p_rows] = _Scratch(p_rows)
     pct = scratch.pct  # all P rows; padding rows get 1.0
-    if _host is not None:
+    fused = _host is not None and shared_losses is None  # rank and record in one call
+    if fused:
+        num_nonfinite, state.pos, state.fill = _host.rank_and_record(
+            all_losses, n_valid, state.history, state.ordered, state.pos, state.fill, pct
+        )
+    elif _host is not None:
         num_nonfinite = _host.rank(all_losses, n_valid, state.ordered, state.fill, pct)
-        finite = np.isfinite(all_losses[:n_valid]) if num_nonfinite else None
     else:
         valid = all_losses[:n_valid]
         finite = np.isfinite(valid)
         num_nonfinite = n_valid - int(np.count_nonzero(finite))
         _rank_numpy(np.where(finite, valid, np.float32(0.0)) if num_nonfinite else valid, state.history, state.fill, pct[:n_valid])
         pct[n_valid:] = 1.0
-    if _host is not None:
-        u = scratch.u
-        _host.uniforms(state.seed, state.draws, u)
-    else:
-        u = state.uniforms.get(state.seed, state.draws, p_rows)
     if mode == "probabilistic":
         # Over all P rows, like the torch step: which elements ATen computes in its vector
         # loop and which in its scalar tail (slightly different pow) depends on the length.
         torch.pow(scratch.pct_t, beta, out=scratch.p_t)
-        keep = u[:n_valid] < scratch.p[:n_valid]
-        if num_nonfinite:
-            keep |= ~finite
-        kept = keep.nonzero()[0]
+        if _host is not None:
+            count = _host.draw_keep(state.seed, state.draws, scratch.p, all_losses, n_valid, scratch.kept)
+            kept = scratch.kept[:count].copy()
+        else:
+            u = state.uniforms.get(state.seed, state.draws, p_rows)
+            keep = u[:n_valid] < scratch.p[:n_valid]
+            if num_nonfinite:
+                keep |= ~np.isfinite(all_losses[:n_valid])
+            kept = keep.nonzero()[0]
     elif mode == "fixed":
+        if _host is not None:
+            u = scratch.u
+            _host.uniforms(state.seed, state.draws, u)
+        else:
+            u = state.uniforms.get(state.seed, state.draws, p_rows)
         log_p = beta * torch.log(torch.clamp(scratch.pct_t, min=_MIN_PERCENTILE))
         score = log_p + (-torch.log(-torch.log(torch.from_numpy(u))))
         score_np = score.numpy()
         if num_nonfinite:
-            score_np[:n_valid][~finite] = np.inf
+            score_np[:n_valid][~np.isfinite(all_losses[:n_valid])] = np.inf
         score_np[n_valid:] = -np.inf
         top = torch.topk(score, k, sorted=True).indices.numpy()
         kept = np.sort(top[: min(n_take, k)])
     else:
         raise ValueError(f"unknown selection mode {mode!r}")
-    if shared_losses is None:
-        values, mask, n = all_losses, None, n_valid
-    else:
-        values, mask, n = _as_numpy(shared_losses), shared_valid.numpy(), shared_losses.shape[0]
-    if _host is not None:
-        state.pos, state.fill = _host.record(values, mask, n, state.history, state.ordered, state.pos, state.fill)
-    else:
-        keep_rows = np.isfinite(values[:n]) if mask is None else mask & np.isfinite(values[:n])
-        state.pos, state.fill = _record_numpy(state.history, state.pos, state.fill, values[:n][keep_rows])
+    if not fused:
+        if shared_losses is None:
+            values, mask, n = all_losses, None, n_valid
+        else:
+            values, mask, n = _as_numpy(shared_losses), shared_valid.numpy(), shared_losses.shape[0]
+        if _host is not None:
+            state.pos, state.fill = _host.record(values, mask, n, state.history, state.ordered, state.pos, state.fill)
+        else:
+            keep_rows = np.isfinite(values[:n]) if mask is None else mask & np.isfinite(values[:n])
+            state.pos, state.fill = _record_numpy(state.history, state.pos, state.fill, values[:n][keep_rows])
     state.draws += 1
     state.num_scored += n_valid
     state.num_kept += kept.shape[0]

@@ -113,3 +113,40 @@ def test_bad_arguments_are_clear_errors():
     wrong_order = np.zeros(8, dtype=np.float32)  # not the sorted history
     with pytest.raises(RuntimeError, match="does not match"):
         _host.record(np.ones(2, dtype=np.float32), None, 2, history, wrong_order, 0, 8)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "ties", "signed"])
+def test_rank_and_record_is_rank_then_record(kind):
+    rng = np.random.default_rng(3)
+    h = 40
+    a_hist, a_ord = np.zeros(h, np.float32), np.zeros(h, np.float32)
+    b_hist, b_ord = np.zeros(h, np.float32), np.zeros(h, np.float32)
+    a_pos = a_fill = b_pos = b_fill = 0
+    for step in range(10):
+        losses = values(rng, 16, kind)
+        losses[rng.random(16) < 0.1] = np.inf
+        n_valid = 16 - step % 4
+        out_a, out_b = np.empty(16, np.float32), np.empty(16, np.float32)
+        nonfinite_a = _host.rank(losses, n_valid, a_ord, a_fill, out_a)
+        a_pos, a_fill = _host.record(losses, None, n_valid, a_hist, a_ord, a_pos, a_fill)
+        nonfinite_b, b_pos, b_fill = _host.rank_and_record(losses, n_valid, b_hist, b_ord, b_pos, b_fill, out_b)
+        assert nonfinite_a == nonfinite_b == int((~np.isfinite(losses[:n_valid])).sum())
+        assert np.array_equal(out_a, out_b) and np.array_equal(a_hist, b_hist) and np.array_equal(a_ord, b_ord)
+        assert (a_pos, a_fill) == (b_pos, b_fill)
+
+
+@pytest.mark.parametrize("n_valid", [0, 1, 100, 128])
+def test_draw_keep_is_the_uniform_draw(n_valid):
+    rng = np.random.default_rng(n_valid)
+    p = rng.random(128).astype(np.float32)
+    losses = rng.random(128).astype(np.float32)
+    losses[[3, 50]] = [np.nan, -np.inf]
+    u = np.empty(128, np.float32)
+    _host.uniforms(77, 5, u)
+    want = np.flatnonzero((u < p) | ~np.isfinite(losses))
+    want = want[want < n_valid]
+    out = np.full(128, -1, dtype=np.int64)
+    count = _host.draw_keep(77, 5, p, losses, n_valid, out)
+    assert count == len(want) and np.array_equal(out[:count], want)
+    with pytest.raises(TypeError, match="int64"):
+        _host.draw_keep(77, 5, p, losses, n_valid, np.empty(128, np.int32))
