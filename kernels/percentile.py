@@ -112,17 +112,24 @@ def percentile_rank_sorted(
     return torch.where(fill > 0, pct, torch.ones_like(pct))
 
 
-# B x H at and above which the sort-based formulation is the faster one (measured on CPU,
-# eager and torch-xla: at 32 x 500 the pairwise comparison wins, 0.14 ms against 0.21 ms;
-# at 256 x 4096 sorting wins 5x, at 1024 x 32768 70x; benchmarks/machinery.py).
+# B x H above which the sort-based formulation is the faster one (benchmarks/machinery.py,
+# eager CPU and torch-xla's CPU backend). Eagerly, at 32 x 500 the pairwise comparison wins
+# (0.14 ms against 0.21 ms), at 256 x 4096 sorting wins 5x, at 1024 x 32768 70x. On XLA the
+# pairwise comparison is one fused reduction and few traced ops, while the merge sorts
+# twice: pairwise wins up to about 1M cells (32 x 32768: 5.7 ms against 13.4 ms of
+# machinery per source batch; 256 x 4096 about even), sorting above (1024 x 4096: 7.0
+# against 18.8 ms of host time).
 SORTED_PERCENTILE_MIN_CELLS = 65536
+SORTED_PERCENTILE_MIN_CELLS_XLA = 2**20 + 1
 
 
 def percentile_rank_auto(
     losses: torch.Tensor, history: torch.Tensor, fill: torch.Tensor, slots: Optional[torch.Tensor] = None
 ) -> torch.Tensor:
     """``percentile_rank`` or ``percentile_rank_sorted`` (identical results), whichever is
-    faster for the static sizes B x H. The choice depends on shapes only, never on data."""
-    if losses.shape[0] * history.shape[0] >= SORTED_PERCENTILE_MIN_CELLS:
+    faster for the static sizes B x H on this kind of device. The choice depends on shapes
+    and the device type only, never on data."""
+    threshold = SORTED_PERCENTILE_MIN_CELLS_XLA if history.device.type == "xla" else SORTED_PERCENTILE_MIN_CELLS
+    if losses.shape[0] * history.shape[0] >= threshold:
         return percentile_rank_sorted(losses, history, fill, slots)
     return percentile_rank(losses, history, fill, slots)

@@ -122,7 +122,9 @@ class _Scratch:
         self.pct_t = torch.empty(rows, dtype=torch.float32)
         self.p_t = torch.empty(rows, dtype=torch.float32)
         self.pct, self.p = self.pct_t.numpy(), self.p_t.numpy()
-        self.u = np.empty(rows, dtype=np.float32)
+        self.u_t = torch.empty(rows, dtype=torch.float32)
+        self.g_t = torch.empty(rows, dtype=torch.float32)
+        self.u = self.u_t.numpy()
         self.kept = np.empty(rows, dtype=np.int64)
 
 
@@ -243,16 +245,21 @@ def sift_step_cpu(
             kept = keep.nonzero()[0]
     elif mode == "fixed":
         if _host is not None:
-            u = scratch.u
-            _host.uniforms(state.seed, state.draws, u)
+            _host.uniforms(state.seed, state.draws, scratch.u)
         else:
-            u = state.uniforms.get(state.seed, state.draws, p_rows)
-        log_p = beta * torch.log(torch.clamp(scratch.pct_t, min=_MIN_PERCENTILE))
-        score = log_p + (-torch.log(-torch.log(torch.from_numpy(u))))
-        score_np = score.numpy()
+            scratch.u[:] = state.uniforms.get(state.seed, state.draws, p_rows)
+        # The torch step's beta * log(clamp(pct)) + -log(-log(u)), op for op, in place:
+        # a * b == b * a and a + (-c) == a - c exactly, so the scores are identical.
+        score, gumbel = scratch.p_t, scratch.g_t
+        torch.clamp(scratch.pct_t, min=_MIN_PERCENTILE, out=score)
+        torch.log(score, out=score)
+        score.mul_(beta)
+        torch.log(scratch.u_t, out=gumbel)
+        torch.log(gumbel.neg_(), out=gumbel)
+        torch.sub(score, gumbel, out=score)
         if num_nonfinite:
-            score_np[:n_valid][~np.isfinite(all_losses[:n_valid])] = np.inf
-        score_np[n_valid:] = -np.inf
+            scratch.p[:n_valid][~np.isfinite(all_losses[:n_valid])] = np.inf
+        scratch.p[n_valid:] = -np.inf
         top = torch.topk(score, k, sorted=True).indices.numpy()
         kept = np.sort(top[: min(n_take, k)])
     else:
