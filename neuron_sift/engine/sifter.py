@@ -16,10 +16,12 @@ _MAX_SEED = 2**31 - 1
 
 
 class Sifter:
-    """Runs ``sift_step`` per source batch and keeps the ``SiftState`` on the device.
+    """Runs the per-source-batch step and keeps the sifting state.
 
-    ``step`` issues device work only; reading its result back (``read_selection``) is a
-    separate, explicit call so the loader decides whether a host read happens at all.
+    With a CPU model the state and the step live on the host (``cpu_step.py``); on any
+    other device the torch step (``step.py``) runs there and ``step`` issues device work
+    only: reading its result back (``read_selection``) is a separate, explicit call so the
+    loader decides whether a host read happens at all.
     """
 
     def __init__(
@@ -37,8 +39,8 @@ class Sifter:
         if ranks is not None and ranks.active:
             # Ranks usually share one seed; their draws must still be independent.
             seed = int(seed) * 1_000_003 + 7919 * (ranks.rank + 1)
-        # On the CPU the step runs in NumPy on a host-held state (bit-identical results; see
-        # cpu_step.py); elsewhere the torch step runs on the device. ``host_step=False``
+        # On the CPU the step runs on the host (C kernels or NumPy; bit-identical results,
+        # see cpu_step.py); elsewhere the torch step runs on the device. ``host_step=False``
         # runs the torch step on the CPU too (benchmarks/machinery.py compares the two).
         on_cpu = backend.device.type == "cpu"
         if host_step and not on_cpu:
