@@ -33,56 +33,20 @@ try:
     from neuron_sift.kernels import _host
 except ImportError:  # built without a C compiler: the NumPy formulation below
     _host = None
-from neuron_sift.kernels.random import _GOLDEN, _M1, _M2, _MASK31
+from neuron_sift.kernels.random import _GOLDEN, _MASK31, _mix31
 from neuron_sift.kernels.selection import _MIN_PERCENTILE
 
 
-def _mix31(x):
-    """``kernels.random._mix31`` on NumPy int64 arrays or Python ints (products < 2**61)."""
-    x = x & _MASK31
-    x ^= x >> 16
-    x *= _M1
-    x &= _MASK31
-    x ^= x >> 15
-    x *= _M2
-    x &= _MASK31
-    x ^= x >> 16
-    return x
+def uniforms_numpy(seed: int, counter: int, n: int) -> np.ndarray:
+    """``kernels.random.uniform_from_counter`` as a float32 NumPy array (identical values).
 
-
-def uniforms_numpy(seed: int, first_counter: int, n_draws: int, n: int) -> np.ndarray:
-    """``kernels.random.uniform_from_counter`` for counters ``first_counter + [0, n_draws)``.
-
-    A float32 ``[n_draws, n]`` array; row ``d`` equals ``uniform_from_counter(seed,
-    first_counter + d, n)`` exactly (integer hashing, then exact float32 steps).
+    ``_mix31`` is operator arithmetic, so the torch kernel's own mixer hashes NumPy int64
+    arrays and Python ints alike (every product stays below 2**61).
     """
-    counters = np.arange(first_counter, first_counter + n_draws, dtype=np.int64)
-    keys = _mix31(_mix31(seed + _GOLDEN) ^ (counters & _MASK31))
+    key = _mix31(_mix31(seed + _GOLDEN) ^ (counter & _MASK31))
     rows = np.arange(n, dtype=np.int64)
-    h = _mix31(_mix31(keys[:, None] ^ _mix31(rows + _GOLDEN)) + rows)
+    h = _mix31(_mix31(key ^ _mix31(rows + _GOLDEN)) + rows)
     return ((h >> 8).astype(np.float32) + np.float32(0.5)) * np.float32(1.0 / 8388608.0)
-
-
-class _UniformBlocks:
-    """Uniforms for the next several draws, computed together.
-
-    Hashing one draw's P rows is ~25 NumPy calls on a few hundred numbers, so call
-    overhead dominates; a block of draws (about 8k numbers) costs the same calls once.
-    """
-
-    CELLS = 8192
-
-    def __init__(self) -> None:
-        self._key: Optional[Tuple[int, int, int]] = None  # (seed, first counter, n)
-        self._block = np.empty((0, 0), dtype=np.float32)
-
-    def get(self, seed: int, counter: int, n: int) -> np.ndarray:
-        key = self._key
-        if key is not None and key[0] == seed and key[2] == n and 0 <= counter - key[1] < self._block.shape[0]:
-            return self._block[counter - key[1]]
-        self._block = uniforms_numpy(seed, counter, max(1, self.CELLS // n), n)
-        self._key = (seed, counter, n)
-        return self._block[0]
 
 
 def _rank_numpy(values: np.ndarray, history: np.ndarray, fill: int, out: np.ndarray) -> None:
@@ -156,7 +120,6 @@ class HostSiftState:
     num_scored: int
     num_kept: int
     num_nonfinite: int
-    uniforms: _UniformBlocks = field(default_factory=_UniformBlocks, repr=False)
     scratch: Dict[int, _Scratch] = field(default_factory=dict, repr=False)
     # history[:fill] sorted, kept so by the C kernels (derived state: never checkpointed)
     ordered: Optional[np.ndarray] = field(default=None, repr=False)
@@ -238,8 +201,8 @@ def sift_step_cpu(
             count = _host.draw_keep(state.seed, state.draws, scratch.p, all_losses, n_valid, scratch.kept)
             kept = scratch.kept[:count].copy()
         else:
-            u = state.uniforms.get(state.seed, state.draws, p_rows)
-            keep = u[:n_valid] < scratch.p[:n_valid]
+            u = uniforms_numpy(state.seed, state.draws, n_valid)
+            keep = u < scratch.p[:n_valid]
             if num_nonfinite:
                 keep |= ~np.isfinite(all_losses[:n_valid])
             kept = keep.nonzero()[0]
@@ -247,7 +210,7 @@ def sift_step_cpu(
         if _host is not None:
             _host.uniforms(state.seed, state.draws, scratch.u)
         else:
-            scratch.u[:] = state.uniforms.get(state.seed, state.draws, p_rows)
+            scratch.u[:] = uniforms_numpy(state.seed, state.draws, p_rows)
         # The torch step's beta * log(clamp(pct)) + -log(-log(u)), op for op, in place:
         # a * b == b * a and a + (-c) == a - c exactly, so the scores are identical.
         score, gumbel = scratch.p_t, scratch.g_t

@@ -50,7 +50,8 @@ class Sifter:
         self._host_state: Optional[HostSiftState] = None
         self._consts: Dict[int, StepConstants] = {}  # per padded batch size (device step)
         self._seed = int(seed) % _MAX_SEED
-        self.state = SiftState.create(config.loss_history_length, self._seed, backend.device)
+        # Made on the CPU; the setter places it (reading the seed there needs no device read).
+        self.state = SiftState.create(config.loss_history_length, self._seed, torch.device("cpu"))
         self.global_history = bool(config.global_loss_history and ranks is not None and ranks.active)
         self._beta = backend.upload([config.beta_value], torch.float32)[0]
         # (valid rows, rows to take) -> device vector: uploaded once per distinct pair (in
@@ -64,11 +65,11 @@ class Sifter:
 
     @state.setter
     def state(self, value: SiftState) -> None:
+        """Install ``value`` (pass CPU tensors: the seed is read on the host)."""
+        self._seed = int(value.seed)
         if self._on_host:
             self._host_state = HostSiftState.from_state(value)
         else:
-            if value.seed.device.type == "cpu" or self._device_state is not None:
-                self._seed = int(value.seed)  # a device read only if a loaded state is already there
             self._device_state = value.to(self.backend.device)
             self._consts = {}  # they depend on the seed
 
@@ -95,9 +96,11 @@ class Sifter:
         fixed = self.mode == "fixed"
         k = self.fixed_keep_count(rows) if fixed else 1
         n_take = self.rows_taken(n_valid, rows) if fixed else 0
-        per_batch = self._per_batch.get((n_valid, n_take))
-        if per_batch is None:
-            per_batch = self._per_batch[(n_valid, n_take)] = self.backend.upload([n_valid, n_take], torch.int64)
+        per_batch = None
+        if not self._on_host or self.global_history:
+            per_batch = self._per_batch.get((n_valid, n_take))
+            if per_batch is None:
+                per_batch = self._per_batch[(n_valid, n_take)] = self.backend.upload([n_valid, n_take], torch.int64)
         shared_losses = shared_valid = None
         if self.global_history:
             # One all-gather of W x (P + 1) float32 per source batch: losses and valid count.
@@ -137,9 +140,7 @@ class Sifter:
         count, nonfinite = int(packed[0]), int(packed[1])
         return packed[2 : 2 + count], nonfinite
 
-    def read_counts(self, out: Union[StepOutput, HostStepOutput]) -> Tuple[int, int]:
-        """One host read of two scalars: kept count and non-finite count."""
-        if isinstance(out, HostStepOutput):
-            return out.kept.shape[0], out.num_nonfinite
+    def read_counts(self, out: StepOutput) -> Tuple[int, int]:
+        """One host read of two scalars: kept count and non-finite count (device step only)."""
         packed = self.backend.to_host(torch.stack([out.count, out.num_nonfinite]))
         return int(packed[0]), int(packed[1])
