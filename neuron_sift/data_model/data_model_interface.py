@@ -6,7 +6,7 @@ and accumulate (concatenate with others of its kind) until a full batch is ready
 """
 
 import abc
-from typing import Any, Sequence
+from typing import Any, Sequence, Tuple
 
 
 class SiftingBatch(abc.ABC):
@@ -23,6 +23,13 @@ class SiftingBatch(abc.ABC):
     @abc.abstractmethod
     def concat(self, others: Sequence["SiftingBatch"]) -> "SiftingBatch":
         """A new batch: this batch's samples followed by those of ``others``."""
+
+    def split_at(self, n: int) -> Tuple["SiftingBatch", "SiftingBatch"]:
+        """The first ``n`` samples and the rest (how a full batch is cut from pending samples).
+
+        Two ``select`` calls by default; a batch type that can cut without copying overrides it.
+        """
+        return self.select(range(n)), self.select(range(n, len(self)))
 
 
 class SiftingBatchTransform(abc.ABC):

@@ -20,7 +20,7 @@ reused (for lists nested in a batch too), so a short last batch cannot flip it:
 
 import numbers
 from collections.abc import Mapping
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -120,19 +120,6 @@ def _leaf_kind(x: Any) -> str:
     return "array" if _is_array(x) else "list"
 
 
-class _LazyText:
-    """A string computed only when formatted (a field's path, needed only in error messages)."""
-
-    def __init__(self, make: Callable[[], str]):
-        self._make = make
-
-    def __str__(self) -> str:
-        return self._make()
-
-    def __bool__(self) -> bool:
-        return bool(self._make())
-
-
 def _index_tensor(indices: Sequence[int]) -> torch.Tensor:
     return torch.as_tensor(indices if isinstance(indices, list) else list(indices), dtype=torch.long)
 
@@ -175,16 +162,14 @@ class _Leaf:
         return _Leaf(_rebuild_sequence(v, [v[i] for i in indices]), self.axis)
 
     @staticmethod
-    def concat(parts: Sequence["_Leaf"], path: Union[str, Callable[[], str]]) -> "_Leaf":
-        """The samples of ``parts`` in order; ``path`` (or a function giving it) names the field in errors."""
+    def concat(parts: Sequence["_Leaf"], path: str) -> "_Leaf":
+        """The samples of ``parts`` in order; ``path`` names the field in errors."""
         first = parts[0]
         v = first.value
         if isinstance(v, torch.Tensor) and first.axis == 0:  # the common case, checked cheaply
             tail = v.shape[1:]
             if all(isinstance(p.value, torch.Tensor) and p.value.shape[1:] == tail for p in parts):
                 return _Leaf(torch.cat([p.value for p in parts]), 0)
-        if callable(path):
-            path = _LazyText(path)
         for p in parts[1:]:
             if _leaf_kind(p.value) != _leaf_kind(v):
                 raise UnsupportedDataFormatException(
@@ -273,12 +258,9 @@ class DefaultSiftingBatch(SiftingBatch):
                 raise UnsupportedDataFormatException(
                     "cannot accumulate batches of different structure; every source batch must have the same fields"
                 )
-        spec = self._spec
-        leaves = [
-            _Leaf.concat([p._leaves[i] for p in parts], lambda i=i: _leaf_paths(spec)[i])
-            for i in range(len(self._leaves))
-        ]
-        return DefaultSiftingBatch(spec, leaves, sum(p._size for p in parts), structure)
+        paths = _leaf_paths(self._spec)
+        leaves = [_Leaf.concat([p._leaves[i] for p in parts], paths[i]) for i in range(len(self._leaves))]
+        return DefaultSiftingBatch(self._spec, leaves, sum(p._size for p in parts), structure)
 
     def to_user(self) -> Any:
         return _build(self._spec, self._leaves)

@@ -36,12 +36,7 @@ class BatchAccumulator:
         if total == batch_size:
             self._pieces, self._size = [], 0
             return merged
-        split = getattr(merged, "split_at", None)  # DefaultSiftingBatch: views, one call per field
-        if split is not None:
-            out, remainder = split(batch_size)
-        else:
-            out = merged.select(range(batch_size))
-            remainder = merged.select(range(batch_size, total))
+        out, remainder = merged.split_at(batch_size)
         self._pieces, self._size = [remainder], total - batch_size
         return out
 

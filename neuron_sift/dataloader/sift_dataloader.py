@@ -24,7 +24,7 @@ from neuron_sift.data_model.default_batch import DefaultBatchTransform, DefaultS
 from neuron_sift.dataloader.accumulator import BatchAccumulator
 from neuron_sift.dataloader.scoring import check_losses, model_device, scoring_mode
 from neuron_sift.dataloader.source_loader import sampler_info, underlying_dataloader
-from neuron_sift.dataloader.checkpoint import STATE_VERSION, PendingSamples, pending_to_state
+from neuron_sift.dataloader.checkpoint import STATE_VERSION, PendingSamples, pending_to_state, to_cpu
 from neuron_sift.dataloader.device_staging import DeviceStaging, batch_to_device, has_host_leaves, pad_batch
 from neuron_sift.distributed import RankGroup
 from neuron_sift.engine.sifter import Sifter
@@ -534,12 +534,6 @@ class SiftingDataloader:
             plan.append(batches)
         return plan, scored
 
-    @property
-    def delay_progress(self) -> int:
-        """Source batches passed through so far under ``sift_delay`` (this epoch, if it repeats)."""
-        return self._delay_progress
-
-
     # -- checkpoints -----------------------------------------------------------------------
 
     def state_dict(self) -> dict:
@@ -561,7 +555,7 @@ class SiftingDataloader:
             "selection_mode": self.selection_mode,
             "beta_value": self.sift_config.beta_value,
             "loss_history_length": self.sift_config.loss_history_length,
-            "sift_state": {k: v.detach().cpu() for k, v in self.sifter.state.tensors().items()},
+            "sift_state": to_cpu(self.sifter.state.tensors()),
             "counts": self.counts.as_dict(),
             "delay_progress": self._delay_progress,
             "epoch": self._epoch,
@@ -645,6 +639,11 @@ class SiftingDataloader:
             return None
         return pieces[0].concat(pieces[1:]) if len(pieces) > 1 else pieces[0]
 
+    @property
+    def machinery_seconds(self) -> float:
+        """Host seconds in sifting's own phases so far (every timed phase but the scoring forward)."""
+        return sum(v[0] for k, v in self.timings.items() if k != "calculate_relevance_values")
+
     def metrics(self) -> dict:
         """Counts (host) plus the device counters and history fill (one host read)."""
         out = self.counts.as_dict()
@@ -660,7 +659,7 @@ class SiftingDataloader:
         # the device counter sees every scored batch.
         out["num_nonfinite_losses"] = int(nonfinite)
         out["timings"] = {k: {"seconds": v[0], "calls": v[1]} for k, v in self.timings.items()}
-        out["machinery_seconds"] = sum(v[0] for k, v in self.timings.items() if k != "calculate_relevance_values")
+        out["machinery_seconds"] = self.machinery_seconds
         out["kept_share"] = (
             out["num_orig_samples_kept"] / out["num_orig_samples_seen"] if out["num_orig_samples_seen"] else 0.0
         )
