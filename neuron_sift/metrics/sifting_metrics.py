@@ -164,7 +164,9 @@ def collect_metrics(loader: Any, quantiles: Sequence[float] = DEFAULT_QUANTILES)
     if sl is None:
         raise TypeError(f"no SiftingDataloader found in {type(loader).__name__}")
     raw = sl.metrics()
-    counts = sl.counts.as_dict()
+    # metrics()'s counts: its non-finite count is the device counter, which also sees the
+    # batches whose selection was never read back (fixed mode on XLA).
+    counts = {k: raw[k] for k in sl.counts.as_dict()}
     fill = int(raw["history_fill"])
     timings = {k: dict(v) for k, v in raw.get("timings", {}).items()}
     scoring = float(timings.get("calculate_relevance_values", {}).get("seconds", 0.0))

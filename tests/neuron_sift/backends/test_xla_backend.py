@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from neuron_sift import RelativeProbabilisticSiftConfig, SiftingDataloader
-from tests.neuron_sift.dataloader.fakes import OracleLoss, loss_table_loader
+from tests.neuron_sift.dataloader.fakes import Classifier, OracleLoss, loss_table_loader
 
 torch_xla = pytest.importorskip("torch_xla", reason="torch-xla not installed (CI installs it: pip install -e .[xla])")
 
@@ -37,15 +37,6 @@ def config(mode, beta=1.0, history=128, delay=0, seed=0):
         selection_mode=mode,
         seed=seed,
     )
-
-
-class Classifier(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(10, 32), torch.nn.ReLU(), torch.nn.Linear(32, 3))
-
-    def forward(self, x):
-        return self.net(x)
 
 
 def classification_data(n=1000, seed=0):
@@ -304,6 +295,20 @@ def test_nonfinite_losses_on_xla_are_kept_and_not_recorded():
     assert 5 in kept and 77 in kept
     assert torch.isfinite(loader.sifter.state.history.cpu()).all()
     assert loader.metrics()["device_num_nonfinite"] == 2
+
+
+@pytest.mark.xla
+def test_metrics_snapshot_counts_nonfinite_losses_of_unread_batches():
+    """Fixed mode on XLA reads no selection back, so only the device counter sees the
+    non-finite losses; the shared metrics snapshot reports that count."""
+    from neuron_sift.metrics import collect_metrics
+
+    losses = torch.rand(128)
+    losses[[5, 77]] = float("nan")
+    loader = xla_oracle_loader(losses, "fixed", beta=1.0)
+    ids_of(loader, epochs=1)
+    assert loader.metrics()["num_nonfinite_losses"] == 2
+    assert collect_metrics(loader).num_nonfinite_losses == 2
 
 
 @pytest.mark.slow

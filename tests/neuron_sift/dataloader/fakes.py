@@ -31,6 +31,17 @@ class OracleLoss(Loss):
         return losses.to(next(model.parameters()).device).float()
 
 
+class Classifier(torch.nn.Module):
+    """A small real model: 10 features, 3 classes."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(10, 32), torch.nn.ReLU(), torch.nn.Linear(32, 3))
+
+    def forward(self, x):
+        return self.net(x)
+
+
 def tiny_model() -> torch.nn.Module:
     return torch.nn.Linear(1, 1)
 

@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 from neuron_sift import Loss, RelativeProbabilisticSiftConfig, SiftingDataloader
 from neuron_sift.integrations.schedules import ExactLengthLoader, epoch_plan, planned_steps, planned_steps_std
 from tests.neuron_sift.integrations.readme_examples import example
+from tests.neuron_sift.dataloader.fakes import Classifier
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -179,15 +180,6 @@ def test_probabilistic_spread_matches_planned_std():
     assert sigma == pytest.approx(math.sqrt(n * epochs * 0.25) / b)
     spread = torch.tensor(deviations, dtype=torch.float64).std().item()
     assert 0.3 * sigma <= spread <= 2.0 * sigma
-
-
-class Classifier(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(10, 32), torch.nn.ReLU(), torch.nn.Linear(32, 3))
-
-    def forward(self, x):
-        return self.net(x)
 
 
 class CELoss(Loss):
