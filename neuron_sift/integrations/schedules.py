@@ -66,7 +66,13 @@ def planned_steps_std(loader: Any, epochs: int = 1) -> float:
     sl = as_sifting_dataloader(loader)
     if sl.selection_mode == "fixed":
         return 0.0
-    _, sifted = _plan(loader, epochs)
+    return _std_of_count(sl, _plan(loader, epochs)[1])
+
+
+def _std_of_count(sl: Any, sifted: int) -> float:
+    """Binomial spread, in batches, of the kept count of ``sifted`` samples (probabilistic mode)."""
+    if sl.selection_mode == "fixed":
+        return 0.0
     s = 1.0 / (1.0 + sl.sift_config.beta_value)
     return math.sqrt(sifted * s * (1.0 - s)) / sl.batch_size
 
@@ -79,10 +85,10 @@ def planned_steps(loader: Any, epochs: int = 1, *, sigmas: float = 0.0) -> int:
     run exceeds only rarely (e.g. ``OneCycleLR(total_steps=...)``, which raises when
     stepped past its end), a negative ``sigmas`` a count it rarely falls short of.
     """
-    plan, _ = _plan(loader, epochs)
+    plan, sifted = _plan(loader, epochs)  # planned once: a Python loop over every source batch
     total = sum(plan)
     if sigmas:
-        total += math.ceil(sigmas * planned_steps_std(loader, epochs))
+        total += math.ceil(sigmas * _std_of_count(as_sifting_dataloader(loader), sifted))
     return max(total, 0)
 
 

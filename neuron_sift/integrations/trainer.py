@@ -46,6 +46,7 @@ from typing import Any, Optional
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
 from neuron_sift.integrations.schedules import ExactLengthLoader, _round_half_up, epoch_plan
 from neuron_sift.loss.abstract_sift_loss_module import resolve_loss_fn
+from neuron_sift.metrics.sifting_metrics import collect_metrics
 from neuron_sift.sift_config.sift_configs import coerce_sift_config
 
 logger = logging.getLogger(__name__)
@@ -111,7 +112,6 @@ class TrainerSource:
             drop_last = bool(getattr(batch_sampler, "drop_last", getattr(inner, "drop_last", False)))
         self.batch_size = b
         self.sampler = _Sized(n_samples)
-        self.batch_sampler = batch_sampler
         self.drop_last = drop_last
         self.dataset = getattr(inner, "dataset", None)
 
@@ -225,8 +225,6 @@ def enable_sifting(
     def log(logs, *log_args, **log_kwargs):
         sifting = getattr(trainer, "sifting_dataloader", None)
         if log_metrics and sifting is not None and isinstance(logs, dict) and ("loss" in logs or "train_runtime" in logs):
-            from neuron_sift.metrics.sifting_metrics import collect_metrics
-
             logs.update(collect_metrics(sifting).scalars(prefix="sifting/"))
         return original_log(logs, *log_args, **log_kwargs)
 
