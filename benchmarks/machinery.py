@@ -35,7 +35,6 @@ import argparse
 import gc
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -47,13 +46,13 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from suite import CNN1D  # noqa: E402  (benchmarks/ is not a package)
+from suite import CNN1D, versions  # noqa: E402  (benchmarks/ is not a package)
 
-import neuron_sift  # noqa: E402
 import neuron_sift.engine.step as step_module  # noqa: E402
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader  # noqa: E402
 from neuron_sift.engine.sifter import Sifter  # noqa: E402
 from neuron_sift.kernels.percentile import percentile_rank, percentile_rank_auto  # noqa: E402
+from neuron_sift.metrics.sifting_metrics import xla_compile_count  # noqa: E402
 from neuron_sift.sift_config.sift_configs import RelativeProbabilisticSiftConfig  # noqa: E402
 
 # engine -> (runs the NumPy host step, percentile kernel of the torch step)
@@ -86,12 +85,7 @@ def backend_setup(name):
 
 
 def compiles():
-    try:
-        import torch_xla.debug.metrics as met
-    except ImportError:
-        return 0
-    d = met.metric_data("CompileTime")
-    return d[0] if d else 0
+    return xla_compile_count() if "torch_xla" in sys.modules else 0
 
 
 class TrainStep:
@@ -117,11 +111,6 @@ class TrainStep:
             self.wait()
             times.append(time.perf_counter() - start)
         return statistics.median(times)
-
-
-def step_seconds(b, device, wait, reps):
-    """Median seconds of one training step of the default model at batch size b."""
-    return TrainStep(b, device, wait).seconds(reps)
 
 
 def machinery_seconds(b, h, mode, engine, device, wait, batches, repeats, train_step=None):
@@ -159,13 +148,13 @@ def machinery_seconds(b, h, mode, engine, device, wait, batches, repeats, train_
         for _ in range(repeats):
             if train_step is not None:
                 step_times.append(train_step.seconds(5))
-            before = sum(v[0] for k, v in loader.timings.items() if k != "calculate_relevance_values")
+            before = loader.machinery_seconds
             start = time.perf_counter()
             for _ in loader:
                 pass
             wait()
             sift_times.append(time.perf_counter() - start)
-            host += sum(v[0] for k, v in loader.timings.items() if k != "calculate_relevance_values") - before
+            host += loader.machinery_seconds - before
             start = time.perf_counter()
             for batch in source():  # the same epoch without sifting: loading, the move to the device, the loss
                 moved = [t.to(device) for t in batch]
@@ -239,18 +228,7 @@ def main(argv=None) -> int:
     setups = {name: backend_setup(name) for name in ("xla",) if name in args.backends}  # XLA device first
     if "eager" in args.backends:
         setups["eager"] = backend_setup("eager")
-    vers = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "neuron_sift": neuron_sift.__version__,
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-    }
-    if "xla" in setups:
-        import torch_xla
-
-        vers["torch_xla"] = torch_xla.__version__
+    vers = versions({"torch_xla": sys.modules["torch_xla"].__version__} if "xla" in setups else {})
     rows = []
     for backend in args.backends:
         device, wait = setups[backend]

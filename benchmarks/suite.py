@@ -64,6 +64,7 @@ import neuron_sift
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
 from neuron_sift.integrations.schedules import planned_steps
 from neuron_sift.loss.abstract_sift_loss_module import Loss
+from neuron_sift.metrics.sifting_metrics import xla_compile_count
 from neuron_sift.sift_config.sift_configs import LossConfig, RelativeProbabilisticSiftConfig, SiftingBaseConfig
 
 ARMS = ("full", "uniform", "sift-probabilistic", "sift-fixed")
@@ -308,6 +309,7 @@ class UniformSubsetLoader:
         self.source = source
         self.b = source.batch_size
         self.beta = beta
+        self.rule = RelativeProbabilisticSiftConfig(beta_value=beta, loss_history_length=1)  # fixed mode's k = round(n / (1 + beta))
         self.sift_delay = sift_delay
         self.g = torch.Generator().manual_seed(seed + 12345)
         self.delay_progress = 0
@@ -317,7 +319,7 @@ class UniformSubsetLoader:
         self.kept = 0
 
     def keep_count(self, n: int) -> int:
-        return int(math.floor(n / (1.0 + self.beta) + 0.5))  # halves round up, like fixed mode
+        return self.rule.fixed_keep_count(n)
 
     def planned_steps(self, epochs: int) -> int:
         """Exact: the batches the next ``epochs`` epochs emit (fresh loader)."""
@@ -388,13 +390,10 @@ class XlaCounters:
         import torch_xla.debug.metrics as met
 
         self.met = met
-        self.compiles = 0
-        self.reads = 0
 
     def snapshot(self):
-        c = self.met.metric_data("CompileTime")
         r = self.met.metric_data("TransferFromDeviceTime")
-        return (c[0] if c else 0), (r[0] if r else 0)
+        return xla_compile_count(), (r[0] if r else 0)
 
 
 @torch.no_grad()
@@ -515,8 +514,6 @@ def run_arm(arm: str, task: TaskConfig, data: Data, seed: int, init_state: dict,
             while source_seen >= next_eval - 1e-9 and next_eval < task.epochs * n - 1e-9:
                 eval_point()
                 next_eval += eval_every
-        if arm == "full":
-            source_seen = (epoch + 1) * n
         mislabeled += epoch_mislabeled
         if task.label_noise:
             mislabeled_per_epoch.append(round(epoch_mislabeled / max(epoch_trained, 1), 4))

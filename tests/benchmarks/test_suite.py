@@ -221,7 +221,6 @@ def test_tiny_machinery_run(tmp_path):
             assert r[f"{k}_share"] == pytest.approx(r[f"{k}_ms"] / r[f"{k}_step_ms"], rel=0.02, abs=1e-3)
     assert "% of step" in proc.stdout
     # each engine really runs: the torch step on the CPU for pairwise/torch, the host step for host
-    sys.path.insert(0, str(BENCH))
     import machinery
     import neuron_sift.engine.step as step_module
     from neuron_sift.engine import cpu_step
@@ -249,4 +248,4 @@ def test_tiny_machinery_run(tmp_path):
         sifter_module.sift_step_cpu, sifter_module.sift_step = real_host, real_torch
     # the benchmark restores the engine's kernel when it is done
     assert step_module.percentile_rank_auto is percentile_rank_auto
-    assert math.isfinite(machinery.step_seconds(16, torch.device("cpu"), lambda: None, reps=2))
+    assert math.isfinite(machinery.TrainStep(16, torch.device("cpu"), lambda: None).seconds(2))
