@@ -265,7 +265,6 @@ def test_gumbel_topk_inclusion_with_fewer_takes_than_k():
 def test_gumbel_topk_inclusion_with_forced_and_padding_rows():
     # Row 1 is forced (always in), row 5 is padding (never in); the other picks follow the weights.
     weights = [0.2, 0.01, 0.6, 1.0, 0.4, 5.0]
-    b = len(weights)
     valid = torch.tensor([True, True, True, True, True, False])
     force = torch.tensor([False, True, False, False, False, False])
     got = monte_carlo_inclusion(torch.log(torch.tensor(weights)), valid, force, k=3, n_take=3, draws=DRAWS, seed=5)

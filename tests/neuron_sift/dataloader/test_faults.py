@@ -1,7 +1,6 @@
 """Fault injection on both backends: errors surface with context, nothing is lost, the
 loader can be iterated again afterwards, and nothing hangs."""
 
-import os
 import subprocess
 import sys
 import textwrap
