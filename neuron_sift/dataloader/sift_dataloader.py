@@ -550,13 +550,18 @@ class SiftingDataloader:
             pending = self._restored.state
         else:
             pending = pending_to_state(self.pending_batch())
+        sift_state = to_cpu(self.sifter.state.tensors())
+        counts = self.counts.as_dict()
+        # The device counter also sees the batches whose selection was never read back
+        # (fixed mode on XLA), as in metrics().
+        counts["num_nonfinite_losses"] = int(sift_state["num_nonfinite"])
         return {
             "version": STATE_VERSION,
             "selection_mode": self.selection_mode,
             "beta_value": self.sift_config.beta_value,
             "loss_history_length": self.sift_config.loss_history_length,
-            "sift_state": to_cpu(self.sifter.state.tensors()),
-            "counts": self.counts.as_dict(),
+            "sift_state": sift_state,
+            "counts": counts,
             "delay_progress": self._delay_progress,
             "epoch": self._epoch,
             "epoch_in_progress": self._epoch_in_progress,

@@ -300,7 +300,7 @@ def test_nonfinite_losses_on_xla_are_kept_and_not_recorded():
 @pytest.mark.xla
 def test_metrics_snapshot_counts_nonfinite_losses_of_unread_batches():
     """Fixed mode on XLA reads no selection back, so only the device counter sees the
-    non-finite losses; the shared metrics snapshot reports that count."""
+    non-finite losses; the shared metrics snapshot and checkpoints report that count."""
     from neuron_sift.metrics import collect_metrics
 
     losses = torch.rand(128)
@@ -309,6 +309,7 @@ def test_metrics_snapshot_counts_nonfinite_losses_of_unread_batches():
     ids_of(loader, epochs=1)
     assert loader.metrics()["num_nonfinite_losses"] == 2
     assert collect_metrics(loader).num_nonfinite_losses == 2
+    assert loader.state_dict()["counts"]["num_nonfinite_losses"] == 2
 
 
 @pytest.mark.slow
