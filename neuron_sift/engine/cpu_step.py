@@ -9,7 +9,8 @@ and Python ints, updated in place), the valid rows are a prefix (sliced, not mas
 the ranking and the history update are one call each into ``neuron_sift.kernels._host``
 (C, kernels/_host.c), which keeps the history sorted across steps instead of sorting it.
 Where that extension was not built (no C compiler at install), the same two steps run as
-NumPy calls here (``_rank_numpy``, ``_record_numpy``), about twice as slow.
+NumPy calls here (``_rank_numpy``, ``_record_numpy``, ``uniforms_numpy``), about 1.5x
+the machinery time (benchmarks/machinery.py, B = 256, H = 4096: 0.51 against 0.35 ms).
 
 Bit-exact with ``engine.step.sift_step`` (tests/neuron_sift/engine/test_cpu_step.py):
 the counts, the hash random numbers and the ring buffer are integer arithmetic; the
