@@ -5,6 +5,10 @@ re-exported from ``neuron_sift`` itself. Each one also subclasses the built-in a
 would naturally catch (``ValueError`` / ``TypeError``).
 """
 
+import logging
+
+_logger = logging.getLogger("neuron_sift")
+
 
 class SiftConfigValidationException(ValueError):
     """A sifting config has a missing, unknown, mistyped or out-of-range field."""
@@ -20,3 +24,28 @@ class LossImplementationNotProvidedException(TypeError):
 
 class LossOutputException(ValueError):
     """The loss did not return one finite-or-not floating value per sample on the model's device."""
+
+
+def add_context(exc: BaseException, note: str) -> None:
+    """Attach ``note`` to a user's exception that is about to be re-raised unchanged.
+
+    The exception keeps its own type and traceback; only the note is added. Python 3.11+
+    prints notes under the traceback (``BaseException.add_note``). Python 3.10 has no
+    notes: the note is stored the same way (``exc.__notes__``, so code that inspects notes
+    works on every version) and, since 3.10's traceback would not print it, also logged at
+    ERROR on the ``neuron_sift`` logger, which Python's last-resort handler prints to
+    stderr when no logging is configured.
+    """
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+        return
+    notes = getattr(exc, "__notes__", None)
+    if not isinstance(notes, list):
+        notes = []
+        try:
+            exc.__notes__ = notes  # type: ignore[attr-defined]
+        except AttributeError:  # an exception type with __slots__ and no __dict__
+            notes = None
+    if notes is not None:
+        notes.append(note)
+    _logger.error("%s: %s (%s)", type(exc).__name__, exc, note)

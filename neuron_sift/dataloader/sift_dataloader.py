@@ -29,7 +29,7 @@ from neuron_sift.dataloader.device_staging import DeviceStaging, batch_to_device
 from neuron_sift.distributed import RankGroup
 from neuron_sift.engine.sifter import Sifter
 from neuron_sift.engine.state import SiftState
-from neuron_sift.exceptions import UnsupportedDataFormatException
+from neuron_sift.exceptions import UnsupportedDataFormatException, add_context
 from neuron_sift.loss.abstract_sift_loss_module import resolve_loss_fn
 from neuron_sift.sift_config.sift_configs import coerce_sift_config
 
@@ -270,7 +270,7 @@ class SiftingDataloader:
             except StopIteration:
                 return
             except Exception as exc:
-                exc.add_note(f"neuron_sift: while loading source batch {index} of epoch {self._epoch} from orig_dataloader")
+                add_context(exc, f"neuron_sift: while loading source batch {index} of epoch {self._epoch} from orig_dataloader")
                 raise
             yield index, batch
             index += 1
@@ -279,7 +279,7 @@ class SiftingDataloader:
         try:
             return len(self._timed("transform", self.batch_transforms.transform, source))
         except Exception as exc:
-            exc.add_note(f"neuron_sift: while transforming source batch {index} of epoch {self._epoch} (sift_delay)")
+            add_context(exc, f"neuron_sift: while transforming source batch {index} of epoch {self._epoch} (sift_delay)")
             raise
 
     def _timed(self, name: str, fn: Callable, *args):
@@ -304,7 +304,7 @@ class SiftingDataloader:
         try:
             transformed = self._timed("transform", self.batch_transforms.transform, source)
         except Exception as exc:
-            exc.add_note(f"neuron_sift: while transforming {where}")
+            add_context(exc, f"neuron_sift: while transforming {where}")
             raise
         if not isinstance(transformed, SiftingBatch):
             raise UnsupportedDataFormatException(
@@ -333,7 +333,7 @@ class SiftingDataloader:
         try:
             losses = self._timed("calculate_relevance_values", self._score, scored, original)
         except Exception as exc:
-            exc.add_note(f"neuron_sift: while scoring {where}")
+            add_context(exc, f"neuron_sift: while scoring {where}")
             raise
         out = self._timed("should_sift", self.sifter.step, losses, n, b)
         if staged:
