@@ -1,6 +1,6 @@
 """Percentile of each new loss within the loss history."""
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 
@@ -42,21 +42,53 @@ def percentile_rank(
 
 
 
+# Longest sort the merge formulation builds. Neuron's compiler limits TopK to k <= 16384
+# (NCC_EVRF014) and may rewrite a sort followed by a slice into a TopK over the whole
+# dimension (aws-neuron-sdk issue 1339), so no sorted dimension is longer than this.
+MAX_SORT_LENGTH = 16384
+
+
 def _history_counts_before(first: torch.Tensor, second: torch.Tensor, history_first: bool) -> torch.Tensor:
-    """For each loss, the number of history values sorted before it in ``cat([first, second])``.
+    """Per row of ``[R, n]`` inputs: for each loss, the history values sorted before it in
+    ``cat([first, second], 1)``.
 
     A stable sort keeps equal values in concatenation order: with the history first,
     equal history values sort before the loss (counts ``h <= l``); with the losses first,
-    after it (counts ``h < l``). Static shapes: sort, cumsum, scatter, slice.
+    after it (counts ``h < l``). Static shapes: sort, cumsum, an overwrite scatter, slice.
     """
-    n_first = first.shape[0]
-    values = torch.cat([first, second])
-    order = torch.sort(values, stable=True).indices
+    n_first = first.shape[1]
+    values = torch.cat([first, second], dim=1)
+    order = torch.sort(values, dim=1, stable=True).indices
     is_hist = (order < n_first) if history_first else (order >= n_first)
     is_hist = is_hist.to(torch.int64)
-    before = torch.cumsum(is_hist, dim=0) - is_hist  # history values strictly before each sorted slot
-    counts = torch.zeros_like(before).scatter(0, order, before)  # back to concatenation order
-    return counts[n_first:] if history_first else counts[: values.shape[0] - second.shape[0]]
+    before = torch.cumsum(is_hist, dim=1) - is_hist  # history values strictly before each sorted slot
+    counts = torch.zeros_like(before).scatter(1, order, before)  # back to concatenation order
+    return counts[:, n_first:] if history_first else counts[:, :n_first]
+
+
+def _merge_counts(history: torch.Tensor, losses: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(#{h < l}, #{h <= l})`` per loss by stable sorts, none longer than ``MAX_SORT_LENGTH``.
+
+    The history is cut into equal chunks (the last padded with ``+inf``) of at most
+    ``MAX_SORT_LENGTH - B`` values; each chunk is merged with the losses in one batched
+    sort and the counts are summed over chunks (counts add up; the ``+inf`` padding only
+    counts against an infinite loss, which the caller clamps to ``fill``).
+    """
+    h, b = history.shape[0], losses.shape[0]
+    room = MAX_SORT_LENGTH - b
+    if room < 1:
+        raise ValueError(
+            f"percentile_rank_sorted(method='merge') needs fewer than {MAX_SORT_LENGTH} losses per call, got {b}"
+        )
+    chunks = -(-h // room)
+    size = -(-h // chunks)
+    if chunks * size > h:
+        history = torch.cat([history, history.new_full((chunks * size - h,), float("inf"))])
+    hist = history.view(chunks, size)
+    l = losses.unsqueeze(0).expand(chunks, b)
+    not_greater = _history_counts_before(hist, l, history_first=True).sum(dim=0)
+    less = _history_counts_before(l, hist, history_first=False).sum(dim=0)
+    return less, not_greater
 
 
 def percentile_rank_sorted(
@@ -82,7 +114,9 @@ def percentile_rank_sorted(
     * ``"merge"``: only static-shape ops XLA lowers (``sort``, ``cumsum``, ``scatter``):
       one stable sort of ``cat([history, losses])`` (equal history values sort before the
       loss: ``#{h <= l}``) and one of ``cat([losses, history])`` (``#{h < l}``);
-      O((H + B) log(H + B)).
+      O((H + B) log(H + B)). Histories longer than ``MAX_SORT_LENGTH - B`` are merged in
+      chunks (one batched sort), so no sort exceeds Neuron's TopK limit; B must be below
+      ``MAX_SORT_LENGTH``.
     """
     if method is None:
         method = "merge" if history.device.type == "xla" else "search"
@@ -100,8 +134,7 @@ def percentile_rank_sorted(
         less = torch.searchsorted(ordered, l, side="left")
         not_greater = torch.searchsorted(ordered, l, side="right")
     else:
-        not_greater = _history_counts_before(padded, l, history_first=True)
-        less = _history_counts_before(l, padded, history_first=False)
+        less, not_greater = _merge_counts(padded, l)
     less = torch.clamp(less, max=n)
     not_greater = torch.clamp(not_greater, max=n)
     none = torch.zeros_like(less)
@@ -130,6 +163,8 @@ def percentile_rank_auto(
     faster for the static sizes B x H on this kind of device. The choice depends on shapes
     and the device type only, never on data."""
     threshold = SORTED_PERCENTILE_MIN_CELLS_XLA if history.device.type == "xla" else SORTED_PERCENTILE_MIN_CELLS
-    if losses.shape[0] * history.shape[0] >= threshold:
+    if losses.shape[0] * history.shape[0] >= threshold and (
+        history.device.type != "xla" or losses.shape[0] < MAX_SORT_LENGTH
+    ):
         return percentile_rank_sorted(losses, history, fill, slots)
     return percentile_rank(losses, history, fill, slots)

@@ -36,6 +36,7 @@ def gumbel_topk_indices(
     k: int,
     n_take: torch.Tensor,
     picks: Optional[torch.Tensor] = None,
+    rows: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Draw ``k`` rows without replacement with probabilities proportional to ``exp(log_p)``.
 
@@ -43,8 +44,13 @@ def gumbel_topk_indices(
     without replacement. Forced rows score ``+inf`` (taken first), padding rows ``-inf``
     (taken last). For a short batch only the first ``n_take <= k``
     picks count; the caller passes ``n_take`` (rows to take, a device scalar) and gets a
-    mask. Returns ``(indices[k], taken[k])`` with the taken indices sorted ascending first,
-    so an emitted batch keeps the source order.
+    mask. Returns ``(indices[k], taken[k])``: the taken rows ascending (so an emitted batch
+    keeps the source order), then the drawn but untaken rows ascending.
+
+    The one ``topk`` ranks floats. The taken rows are put in source order by marking them
+    in a ``[B]`` vector and compacting it (cumsum and an overwrite scatter), not by sorting
+    integer indices: Neuron's compiler rejects TopK on integers (NCC_EVRF013) and may turn
+    a sort followed by a slice into one.
     """
     b = log_p.shape[0]
     gumbel = -torch.log(-torch.log(u))
@@ -54,25 +60,38 @@ def gumbel_topk_indices(
     _, top = torch.topk(score, k, sorted=True)
     if picks is None:  # arange(k); pass it in to keep it out of an XLA trace
         picks = torch.arange(k, device=log_p.device)
+    if rows is None:  # arange(B), likewise
+        rows = torch.arange(b, device=log_p.device)
     taken = picks < n_take
-    # Sort the taken indices ascending; untaken ones move to the end.
-    key = torch.where(taken, top, top + b)
-    key, _ = torch.sort(key)
-    taken_sorted = key < b
-    indices = torch.where(taken_sorted, key, key - b)
-    return indices, taken_sorted
+    # mark[i]: 1 taken, 2 drawn but not taken, 0 not drawn (top holds distinct rows).
+    mark = torch.zeros_like(rows).scatter(0, top, torch.where(taken, torch.ones_like(top), torch.full_like(top, 2)))
+    is_taken = (mark == 1).to(torch.int64)
+    is_rest = (mark == 2).to(torch.int64)
+    n_taken = is_taken.sum()
+    slot = torch.where(
+        mark == 1,
+        torch.cumsum(is_taken, dim=0) - is_taken,
+        torch.where(mark == 2, n_taken + torch.cumsum(is_rest, dim=0) - is_rest, torch.full_like(rows, k)),
+    )
+    # Rows not drawn all go to the scratch slot k (dropped): the kept slots never collide.
+    indices = torch.zeros(k + 1, dtype=rows.dtype, device=rows.device).scatter(0, slot, rows)[:k]
+    return indices, picks < n_taken
 
 
 def compact_indices(keep: torch.Tensor, rows: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Kept row indices first (in source order), then the others; plus the kept count.
+    """Kept row indices first (in source order), then the others (in source order); plus the kept count.
 
     The static-shape replacement for ``keep.nonzero()``: ``indices[:count]`` are the kept
-    rows. Only ``count`` is data dependent, and it stays a device scalar.
+    rows. Only ``count`` is data dependent, and it stays a device scalar. A stable
+    partition by cumsum and one overwrite scatter (each row's slot is known), not a sort:
+    O(B), and no sort of integers, which Neuron's compiler may turn into a TopK on
+    integers (NCC_EVRF013).
     """
     b = keep.shape[0]
     if rows is None:  # arange(b); pass it in to keep it out of an XLA trace
         rows = torch.arange(b, device=keep.device)
-    key = torch.where(keep, rows, rows + b)
-    key, _ = torch.sort(key)
-    indices = torch.where(key < b, key, key - b)
-    return indices, keep.to(torch.int64).sum()
+    kept = keep.to(torch.int64)
+    count = kept.sum()
+    kept_before = torch.cumsum(kept, dim=0) - kept
+    slot = torch.where(keep, kept_before, count + (rows - kept_before))  # a permutation of [0, b)
+    return torch.zeros_like(rows).scatter(0, slot, rows), count

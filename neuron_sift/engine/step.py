@@ -102,7 +102,7 @@ def sift_step(
         order, count = compact_indices(keep, consts.rows)
     elif mode == "fixed":
         log_p = keep_log_probability(pct, beta)
-        order, taken = gumbel_topk_indices(log_p, u, valid, force, k, n_take, consts.picks)
+        order, taken = gumbel_topk_indices(log_p, u, valid, force, k, n_take, consts.picks, consts.rows)
         count = taken.to(torch.int64).sum()
     else:
         raise ValueError(f"unknown selection mode {mode!r}")

@@ -202,3 +202,37 @@ def test_sorted_on_xla_is_identical_and_has_no_fallback():
         torch_xla.sync()
         assert torch.equal(got.cpu(), want), fill
     assert not [c for c in met.counter_names() if c.startswith("aten::")]
+
+
+def test_merge_chunks_long_histories_without_a_sort_longer_than_the_neuron_limit(monkeypatch):
+    """H + B above 16384: the history is merged in chunks, with identical results."""
+    from neuron_sift.kernels import percentile as percentile_module
+
+    lengths = []
+    real_sort = torch.sort
+
+    def recording_sort(values, *args, **kwargs):
+        dim = kwargs.get("dim", args[0] if args else -1)
+        lengths.append(values.shape[dim])
+        return real_sort(values, *args, **kwargs)
+
+    monkeypatch.setattr(percentile_module.torch, "sort", recording_sort)
+    rng = np.random.default_rng(5)
+    for b, h in ((300, 40000), (256, 32768), (64, 16320), (64, 16321)):
+        history = _values(rng, h, "ties")
+        losses = np.where(rng.random(b) < 0.5, rng.choice(history, size=b), _values(rng, b, "ties")).astype(np.float32)
+        for fill in (h // 3, h):
+            args = (torch.from_numpy(losses), torch.from_numpy(history), torch.tensor(fill, dtype=torch.int64))
+            lengths.clear()
+            got = percentile_rank_sorted(*args, method="merge")
+            assert lengths and max(lengths) <= percentile_module.MAX_SORT_LENGTH, (b, h, lengths)
+            monkeypatch.setattr(percentile_module.torch, "sort", real_sort)
+            assert torch.equal(got, percentile_rank(*args)), (b, h, fill)
+            monkeypatch.setattr(percentile_module.torch, "sort", recording_sort)
+
+
+def test_merge_refuses_a_batch_too_long_to_sort():
+    from neuron_sift.kernels.percentile import MAX_SORT_LENGTH
+
+    with pytest.raises(ValueError, match="fewer than 16384 losses"):
+        percentile_rank_sorted(torch.zeros(MAX_SORT_LENGTH), torch.zeros(4), torch.tensor(4), method="merge")

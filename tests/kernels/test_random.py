@@ -157,3 +157,16 @@ def test_pairs_fill_the_unit_square_evenly():
     expected = len(x) / 64
     stat = float(((counts - expected) ** 2 / expected).sum())
     assert stat < chi_square_critical(63)
+
+
+def test_hash_is_identical_when_integers_are_narrowed_to_int32():
+    """Neuron's compiler narrows int64 to int32 by default (up to neuronx-cc 2.32): products
+    then wrap. The hash masks every product to 31 bits, so the int32 result is the same."""
+    from neuron_sift.kernels.random import _GOLDEN, _mix31
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.randint(0, 2**31 - 1, (100000,), generator=g), torch.tensor([0, 1, 2**31 - 1])])
+    assert torch.equal(_mix31(x.to(torch.int32)).to(torch.int64), _mix31(x))
+    # Sums past 2**31 (seed + golden, hash + row) wrap negative in int32; the mask restores them.
+    s = x + _GOLDEN
+    assert torch.equal(_mix31(s.to(torch.int32)).to(torch.int64), _mix31(s))

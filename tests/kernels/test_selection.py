@@ -304,3 +304,27 @@ def test_compact_indices_matches_nonzero_order(b):
         assert count.shape == () and int(count) == len(kept)
         assert indices.tolist() == kept + dropped
         assert indices[: int(count)].tolist() == np.nonzero(mask)[0].tolist()
+
+
+def _gumbel_by_sorting(log_p, u, valid, force, k, n_take):
+    """The former formulation (sort of integer keys): the reference for the order of both parts."""
+    b = log_p.shape[0]
+    score = log_p - torch.log(-torch.log(u))
+    score = torch.where(force, torch.full_like(score, float("inf")), score)
+    score = torch.where(valid, score, torch.full_like(score, float("-inf")))
+    top = torch.topk(score, k, sorted=True).indices
+    taken = torch.arange(k) < n_take
+    key = torch.sort(torch.where(taken, top, top + b)).values
+    return torch.where(key < b, key, key - b), key < b
+
+
+@pytest.mark.parametrize("b", BATCH_SIZES)
+def test_gumbel_topk_order_equals_the_sorting_formulation(b):
+    """Taken rows ascending, then untaken drawn rows ascending: exactly as sorting integer keys gave."""
+    rng = np.random.default_rng(b * 13)
+    for trial in range(30):
+        k, n_take, valid, force, log_p, u = _gumbel_case(rng, b, trial)
+        args = [torch.from_numpy(a) for a in (log_p, u, valid, force)]
+        got = gumbel_topk_indices(*args, k, torch.tensor(n_take))
+        want = _gumbel_by_sorting(*args, k, n_take)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
