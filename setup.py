@@ -21,7 +21,20 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     license="Apache-2.0",
-    python_requires=">=3.10,<3.13",
+    # What CI's legs run (scripts/test.sh): Python 3.10 and 3.11 with torch 2.9.0 (+ torch-xla),
+    # Python 3.13 with the newest torch on the index.
+    python_requires=">=3.10,<3.14",
+    classifiers=[
+        "License :: OSI Approved :: Apache Software License",
+        "Operating System :: POSIX :: Linux",
+        "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3 :: Only",
+        "Programming Language :: Python :: 3.10",
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Programming Language :: Python :: 3.13",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
     packages=[
         "neuron_sift",
         "neuron_sift.backends",
@@ -38,7 +51,7 @@ setup(
     # are excluded (tests/test_packaging.py builds the wheel and checks).
     package_dir={"neuron_sift.kernels": "kernels"},
     ext_modules=[HOST_KERNELS],
-    install_requires=["torch>=2.1", "numpy>=1.24"],
+    install_requires=["torch>=2.9", "numpy>=1.24"],
     extras_require={
         # torch-xla's wheel is built against one torch release and declares no torch dependency.
         "xla": ["torch==2.9.0", "torch-xla==2.9.0"],

@@ -1,18 +1,79 @@
-# Sourced by scripts/demo.sh and scripts/test.sh: one virtual environment, .venv, with
-# neuron_sift installed editable plus the xla, test and bench extras (torch 2.9.0 + torch-xla 2.9.0,
-# CPU is enough). Idempotent: a second run only re-checks the install.
+# Sourced by scripts/demo.sh and scripts/test.sh: sets up one test leg's virtual environment
+# and exports VENV (its folder) and PY (its python). Idempotent: a second run only re-checks
+# the install.
+#
+# A leg is a Python version with a torch version (scripts/test.sh runs all three):
+#   py311  Python 3.11, torch 2.9.0 + torch-xla 2.9.0   .venv         (the main job's)
+#   py310  Python 3.10, torch 2.9.0 + torch-xla 2.9.0   .venv-py310   (Neuron's PyTorch/XLA images)
+#   py313  Python 3.13, the newest torch on the index    .venv-py313   (no torch-xla)
+# Choose with LEG=...; the default is py311. Each Python is found on PATH, under pyenv, or
+# in /usr/bin and /usr/local/bin; NEURON_SIFT_PYTHON<major><minor> (e.g. NEURON_SIFT_PYTHON310)
+# names one explicitly.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-PYTHON="${PYTHON:-python3}"
-if [ ! -x .venv/bin/python ]; then
-    "$PYTHON" -m venv .venv
+LEG="${LEG:-py311}"
+
+case "$LEG" in
+    py311) PY_VERSION=3.11; VENV=.venv;       EXTRAS="xla,test,bench"; NEWEST_TORCH=0 ;;
+    py310) PY_VERSION=3.10; VENV=.venv-py310; EXTRAS="xla,test,bench"; NEWEST_TORCH=0 ;;
+    py313) PY_VERSION=3.13; VENV=.venv-py313; EXTRAS="test,bench";     NEWEST_TORCH=1 ;;
+    *) echo "scripts/_env.sh: unknown LEG '$LEG' (one of: py311 py310 py313)" >&2; exit 2 ;;
+esac
+
+# Prints the path of a working CPython $1 (e.g. 3.10) or nothing.
+find_python() {
+    local want="$1" var="NEURON_SIFT_PYTHON${1//./}" candidates=() root c
+    [ -n "${!var:-}" ] && candidates+=("${!var}")
+    if command -v pyenv >/dev/null 2>&1; then
+        root="$(pyenv root 2>/dev/null || true)"
+        [ -n "$root" ] && candidates+=("$root"/versions/"$want"*/bin/python"$want")
+    fi
+    candidates+=("$HOME"/.pyenv/versions/"$want"*/bin/python"$want")
+    c="$(command -v "python$want" 2>/dev/null || true)"
+    [ -n "$c" ] && candidates+=("$c")
+    candidates+=("/usr/local/bin/python$want" "/usr/bin/python$want")
+    # The default python3 itself, when it is the wanted version.
+    c="$(command -v python3 2>/dev/null || true)"
+    [ -n "$c" ] && candidates+=("$c")
+    for c in "${candidates[@]}"; do
+        # pyenv shims exist for versions that are not active: run each candidate to be sure.
+        if [ -x "$c" ] && [ "$("$c" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" = "$want" ] \
+            && "$c" -c 'import venv, ensurepip' >/dev/null 2>&1; then
+            echo "$c"
+            return 0
+        fi
+    done
+    return 1
+}
+
+if [ ! -x "$VENV/bin/python" ]; then
+    if ! BASE_PYTHON="$(find_python "$PY_VERSION")"; then
+        echo "scripts/_env.sh: leg $LEG needs CPython $PY_VERSION with venv and ensurepip, and none was found" \
+            "(looked at \$NEURON_SIFT_PYTHON${PY_VERSION//./}, pyenv's versions, python$PY_VERSION on PATH," \
+            "/usr/local/bin, /usr/bin). Install it (for example: pyenv install $PY_VERSION) or set" \
+            "NEURON_SIFT_PYTHON${PY_VERSION//./}=/path/to/python$PY_VERSION." >&2
+        exit 3
+    fi
+    "$BASE_PYTHON" -m venv "$VENV"
 fi
-STAMP=.venv/.neuron_sift_installed
+PY="$ROOT/$VENV/bin/python"
+STAMP="$VENV/.neuron_sift_installed"
 # Reinstall when the packaging or the C kernel (built in place by the editable install) changed.
 if [ ! -f "$STAMP" ] || [ setup.py -nt "$STAMP" ] || [ kernels/_host.c -nt "$STAMP" ]; then
-    .venv/bin/python -m pip install --quiet --upgrade pip
-    .venv/bin/python -m pip install --quiet -e ".[xla,test,bench]"
+    PIP=("$PY" -m pip)
+    if [ "$NEWEST_TORCH" = 1 ]; then
+        # The newest torch on the index, whatever cap a machine's pip configuration sets
+        # (some machines carry a constraints file that pins torch below the newest release):
+        # os.devnull as PIP_CONFIG_FILE is pip's documented switch for "no config files".
+        PIP=(env PIP_CONFIG_FILE=/dev/null "$PY" -m pip)
+    fi
+    "${PIP[@]}" install --quiet --upgrade pip
+    "${PIP[@]}" install --quiet -e ".[$EXTRAS]"
+    if [ "$NEWEST_TORCH" = 1 ]; then
+        "${PIP[@]}" install --quiet --upgrade torch
+    fi
     touch "$STAMP"
 fi
+export VENV PY
 export PJRT_DEVICE="${PJRT_DEVICE:-CPU}"

@@ -1,8 +1,65 @@
 #!/usr/bin/env bash
-# The test command (README, CI): sets up .venv if needed, then runs every test,
-# the slow and the XLA ones included (torch-xla on its CPU backend), and requires the
-# CPU step's C kernels to have been built.
-source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
-export NEURON_SIFT_REQUIRE_XLA=1
-export NEURON_SIFT_REQUIRE_HOST_KERNELS=1
-exec .venv/bin/python -m pytest "$@"
+# The test command (README, CI): every test on every tested Python and torch, one leg after
+# another, each in its own virtual environment created on first use (scripts/_env.sh):
+#   py311  Python 3.11 + torch 2.9.0 + torch-xla 2.9.0: every test
+#   py310  Python 3.10 + torch 2.9.0 + torch-xla 2.9.0: every test (Neuron's PyTorch/XLA images)
+#   py313  Python 3.13 + the newest torch on the index: every test that does not need torch-xla
+# LEGS="py311" (or "py310 py313", ...) runs only those legs; extra arguments go to pytest in
+# every leg. A leg's failure does not stop the others; the exit status is non-zero if any
+# leg failed, and the last line sums the legs.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+LEGS="${LEGS:-py311 py310 py313}"
+LOGS="$(mktemp -d)"
+status=0
+summary=()
+passed=0 failed=0 errors=0 skipped=0
+for leg in $LEGS; do
+    start=$SECONDS
+    echo "=== leg $leg: setting up ==="
+    if ! (LEG="$leg" source scripts/_env.sh); then
+        echo "=== leg $leg: set-up FAILED ==="
+        summary+=("leg $leg: set-up failed")
+        status=1
+        continue
+    fi
+    setup_s=$((SECONDS - start))
+    # shellcheck disable=SC1091
+    (
+        LEG="$leg" source scripts/_env.sh
+        versions="$("$PY" -c 'import sys, torch; v = sys.version.split()[0]
+try:
+    import torch_xla; x = torch_xla.__version__
+except ImportError:
+    x = "not installed"
+print(f"Python {v}, torch {torch.__version__}, torch-xla {x}")')"
+        echo "=== leg $leg: $versions ==="
+        echo "$versions" > "$LOGS/$leg.versions"
+        if [ "$leg" = py313 ]; then
+            # No torch-xla on this leg: its tests are deselected by marker, not skipped.
+            exec "$PY" -m pytest -m "not xla" "$@"
+        fi
+        export NEURON_SIFT_REQUIRE_XLA=1
+        export NEURON_SIFT_REQUIRE_HOST_KERNELS=1
+        exec "$PY" -m pytest "$@"
+    ) 2>&1 | tee "$LOGS/$leg.log"
+    rc=${PIPESTATUS[0]}
+    [ "$rc" -ne 0 ] && status=1
+    # pytest's closing line, e.g. "==== 3 failed, 800 passed, 2 deselected in 412.3s ===="
+    last="$(grep -E '^=+ .*(passed|failed|error|no tests ran).* in [0-9.]+s' "$LOGS/$leg.log" | tail -n 1)"
+    for kind in passed failed errors skipped; do
+        n="$(echo "$last" | grep -oE "[0-9]+ ${kind%s}s?" | grep -oE '^[0-9]+' || true)"
+        n="${n:-0}"
+        case $kind in
+            passed) passed=$((passed + n)) ;; failed) failed=$((failed + n)) ;;
+            errors) errors=$((errors + n)) ;; skipped) skipped=$((skipped + n)) ;;
+        esac
+    done
+    summary+=("leg $leg ($(cat "$LOGS/$leg.versions" 2>/dev/null || echo '?')): exit $rc, set-up ${setup_s}s, total $((SECONDS - start))s: ${last//=/}")
+done
+echo
+printf '%s\n' "${summary[@]}"
+[ "$errors" -gt 0 ] && failed=$((failed + errors))
+echo "legs: $passed passed, $failed failed, $skipped skipped"
+exit $status

@@ -1,6 +1,7 @@
 """A regular (non-editable) install holds neuron_sift only, with kernels/ as neuron_sift.kernels."""
 
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -21,6 +22,7 @@ def test_wheel_installs_kernels_inside_the_package_only(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     dist_info = "-".join(wheel.name.split("-")[:2]) + ".dist-info"
     assert {n.split("/")[0] for n in names} == {"neuron_sift", dist_info}
+    check_metadata_states_the_tested_range(zipfile.ZipFile(wheel).read(f"{dist_info}/METADATA").decode())
     assert "neuron_sift/kernels/percentile.py" in names
     # the CPU step's C kernels are compiled into the wheel (the source is not shipped)
     assert any(n.startswith("neuron_sift/kernels/_host.") and n.endswith(".so") for n in names), names
@@ -41,3 +43,25 @@ def test_wheel_installs_kernels_inside_the_package_only(tmp_path):
     ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(tmp_path), env=env)
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert ran.stdout.strip() == "neuron_sift.kernels.percentile"
+
+
+def tested_legs():
+    """(python version, torch requirement) of every leg scripts/test.sh runs by default."""
+    env = open(os.path.join(ROOT, "scripts", "_env.sh"), encoding="utf-8").read()
+    test = open(os.path.join(ROOT, "scripts", "test.sh"), encoding="utf-8").read()
+    default_legs = re.search(r'LEGS="\$\{LEGS:-([^}]*)\}"', test).group(1).split()
+    versions = dict(re.findall(r"^\s*(py\d+)\) PY_VERSION=(\d\.\d+);", env, re.M))
+    return [versions[leg] for leg in default_legs]
+
+
+def check_metadata_states_the_tested_range(metadata: str):
+    """The metadata admits the legs' Python range, and its torch floor is the oldest leg's torch."""
+    lines = metadata.splitlines()
+    pythons = sorted(tested_legs(), key=lambda v: tuple(map(int, v.split("."))))
+    low, high = pythons[0], pythons[-1]
+    major, minor = map(int, high.split("."))
+    assert f"Requires-Python: >={low},<{major}.{minor + 1}" in lines
+    for version in pythons:
+        assert f"Classifier: Programming Language :: Python :: {version}" in lines
+    # torch-xla's legs pin torch 2.9.0: the floor is the oldest torch a leg runs.
+    assert "Requires-Dist: torch>=2.9" in lines
