@@ -36,13 +36,27 @@ except ImportError:
 print(f"Python {v}, torch {torch.__version__}, torch-xla {x}")')"
         echo "=== leg $leg: $versions ==="
         echo "$versions" > "$LOGS/$leg.versions"
+        # What this machine or leg cannot run is deselected by marker, named here, not skipped.
+        deselect=()
+        warnings_as_errors=()
         if [ "$leg" = py313 ]; then
-            # No torch-xla on this leg: its tests are deselected by marker, not skipped.
-            exec "$PY" -m pytest -m "not xla" "$@"
+            deselect+=("not xla")  # no torch-xla for this Python and torch
+            # The newest torch deprecates first: any DeprecationWarning is an error here.
+            warnings_as_errors=(-W error::DeprecationWarning)
+        else
+            export NEURON_SIFT_REQUIRE_XLA=1
         fi
-        export NEURON_SIFT_REQUIRE_XLA=1
+        if ! "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then
+            deselect+=("not cuda")  # no CUDA device here
+        fi
         export NEURON_SIFT_REQUIRE_HOST_KERNELS=1
-        exec "$PY" -m pytest "$@"
+        if [ ${#deselect[@]} -gt 0 ]; then
+            expr="$(printf '%s and ' "${deselect[@]}")"
+            expr="${expr% and }"
+            echo "=== leg $leg: deselected by marker: $expr (a -m of your own replaces this) ==="
+            exec "$PY" -m pytest "${warnings_as_errors[@]}" -m "$expr" "$@"
+        fi
+        exec "$PY" -m pytest "${warnings_as_errors[@]}" "$@"
     ) 2>&1 | tee "$LOGS/$leg.log"
     rc=${PIPESTATUS[0]}
     [ "$rc" -ne 0 ] && status=1

@@ -45,7 +45,7 @@ def test_wheel_installs_kernels_inside_the_package_only(tmp_path):
     assert ran.stdout.strip() == "neuron_sift.kernels.percentile"
 
 
-def tested_legs():
+def legs_python_versions():
     """(python version, torch requirement) of every leg scripts/test.sh runs by default."""
     env = open(os.path.join(ROOT, "scripts", "_env.sh"), encoding="utf-8").read()
     test = open(os.path.join(ROOT, "scripts", "test.sh"), encoding="utf-8").read()
@@ -57,7 +57,7 @@ def tested_legs():
 def check_metadata_states_the_tested_range(metadata: str):
     """The metadata admits the legs' Python range, and its torch floor is the oldest leg's torch."""
     lines = metadata.splitlines()
-    pythons = sorted(tested_legs(), key=lambda v: tuple(map(int, v.split("."))))
+    pythons = sorted(legs_python_versions(), key=lambda v: tuple(map(int, v.split("."))))
     low, high = pythons[0], pythons[-1]
     major, minor = map(int, high.split("."))
     assert f"Requires-Python: >={low},<{major}.{minor + 1}" in lines
