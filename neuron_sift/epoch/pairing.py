@@ -1,0 +1,92 @@
+"""Pairing recorded losses with the samples of the batch they were computed on.
+
+The contract (README, "Epoch-level sifting"): the loader pushes the sample ids of every
+batch it yields, in the order it yields them; each ``weighted_loss`` call takes ids from
+the front, as many as it has losses. Batches reach the training loop in the order they
+were yielded (a DataLoader with workers keeps the sampler's order unless ``in_order=False``,
+which the loader refuses; ``MpDeviceLoader`` and other prefetching wrappers keep it too),
+so the oldest batch still waiting for its loss is the one being trained on, however far
+ahead a wrapper or the workers have pulled.
+
+- one call per batch: the loss vector must have exactly the batch's length;
+- micro-batches: split a batch in order and pass ``partial=True`` with each part; the
+  batch is done when its last sample has its loss;
+- a wrong length, a call with no batch waiting, or the same loss tensor passed twice
+  raise ``LossOutputException`` before anything is recorded: never a silent
+  misattribution.
+"""
+
+import threading
+import weakref
+from collections import deque
+from typing import Optional, Tuple
+
+import numpy as np
+
+from neuron_sift.exceptions import LossOutputException
+
+
+class PairingQueue:
+    """FIFO of yielded batches' ids; thread-safe (a prefetching wrapper pushes from its own thread)."""
+
+    def __init__(self) -> None:
+        self._queue: deque = deque()  # [ids, offset]
+        self._lock = threading.Lock()
+        self._last: Optional[weakref.ref] = None
+        self.dropped_batches = 0  # yielded but never paired (counted when an epoch restarts)
+
+    def push(self, ids: np.ndarray) -> None:
+        with self._lock:
+            self._queue.append([ids, 0])
+
+    def waiting(self) -> int:
+        with self._lock:
+            return len(self._queue)
+
+    def clear(self) -> int:
+        """Drop every waiting batch (a new epoch began); returns how many were dropped."""
+        with self._lock:
+            n = len(self._queue)
+            self._queue.clear()
+            self.dropped_batches += n
+            self._last = None
+            return n
+
+    def take(self, loss_tensor, n: int, partial: bool) -> Tuple[np.ndarray, bool]:
+        """The ids the next ``n`` losses belong to, and whether their batch is now complete."""
+        with self._lock:
+            last = self._last() if self._last is not None else None
+            if last is not None and last is loss_tensor:
+                raise LossOutputException(
+                    "weighted_loss was given the same loss tensor twice: call it once per batch (or once per "
+                    "micro-batch with partial=True)"
+                )
+            if not self._queue:
+                raise LossOutputException(
+                    "weighted_loss was called but no yielded batch is waiting for its loss: one call per batch "
+                    "of this loader (a second call for the same batch, or a loss of a batch from elsewhere?)"
+                )
+            entry = self._queue[0]
+            ids, offset = entry
+            left = len(ids) - offset
+            if n > left or (n < left and not partial):
+                where = f"{left} of its {len(ids)} samples still waiting" if offset else f"{len(ids)} samples"
+                hint = (
+                    " If the batch is split into micro-batches, pass partial=True with each part."
+                    if n < left
+                    else ""
+                )
+                raise LossOutputException(
+                    f"weighted_loss got {n} losses but the batch they belong to has {where}; pass one loss per "
+                    f"sample of the batch (reduction='none').{hint}"
+                )
+            part = ids[offset : offset + n]
+            entry[1] = offset + n
+            done = entry[1] == len(ids)
+            if done:
+                self._queue.popleft()
+            try:
+                self._last = weakref.ref(loss_tensor)
+            except TypeError:
+                self._last = None
+            return part, done

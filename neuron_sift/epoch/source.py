@@ -1,0 +1,112 @@
+"""The user's DataLoader, inspected and rebuilt around the planned batch sampler.
+
+Only the sampling changes: ``EpochSiftingDataloader`` builds a new ``DataLoader`` over the
+same map-style dataset with the user's settings (batch size, workers, collate function,
+pin memory, prefetch factor, persistent workers, timeout, worker init, multiprocessing
+context, generator, ``drop_last``) and its own ``batch_sampler``; a wrapper the user passed
+(torch-xla's ``MpDeviceLoader``, anything holding the DataLoader as ``._loader``) is
+copied with the new DataLoader inside. Nothing is patched globally.
+"""
+
+import copy
+from dataclasses import dataclass
+from typing import Any, List, Optional
+
+import numpy as np
+from torch.utils.data import DataLoader, IterableDataset, Sampler
+
+SUPPORTED = (
+    "a torch.utils.data.DataLoader over a map-style dataset with __len__ (one whose __getitem__ takes a "
+    "sample index), with a batch size; or a wrapper holding one as ._loader (torch-xla's MpDeviceLoader)"
+)
+
+
+@dataclass
+class SourceInfo:
+    dataloader: DataLoader
+    wrapper_path: int  # how many ._loader hops from the user's object to the DataLoader
+    n: int
+    batch_size: int
+    drop_last: bool
+    generator_seed: Optional[int]
+
+
+def inspect_source(orig: Any) -> SourceInfo:
+    """What the epoch loader needs from the user's loader, or a TypeError naming what is supported."""
+    loader, hops = orig, 0
+    while not isinstance(loader, DataLoader) and hasattr(loader, "_loader") and hops < 8:
+        loader, hops = loader._loader, hops + 1
+    if not isinstance(loader, DataLoader):
+        raise TypeError(f"EpochSiftingDataloader needs {SUPPORTED}; got {type(orig).__name__}")
+    ds = loader.dataset
+    if isinstance(ds, IterableDataset):
+        raise TypeError(
+            f"EpochSiftingDataloader plans each epoch at the sampler, so it needs {SUPPORTED}; the DataLoader's "
+            f"dataset is an IterableDataset ({type(ds).__name__}), which has no sample indices to plan"
+        )
+    try:
+        n = len(ds)
+    except TypeError as exc:
+        raise TypeError(f"EpochSiftingDataloader needs {SUPPORTED}; the dataset {type(ds).__name__} has no length") from exc
+    if n < 1:
+        raise ValueError("EpochSiftingDataloader: the dataset is empty")
+    b, drop_last = loader.batch_size, loader.drop_last
+    if b is None:  # built with batch_sampler=
+        bs = loader.batch_sampler
+        b = getattr(bs, "batch_size", None)
+        drop_last = bool(getattr(bs, "drop_last", False))
+    if not isinstance(b, int) or b < 1:
+        raise TypeError(f"EpochSiftingDataloader needs {SUPPORTED}; this DataLoader has no batch size")
+    if getattr(loader, "in_order", True) is False:
+        raise ValueError(
+            "EpochSiftingDataloader pairs losses with batches in the order the sampler produced them; "
+            "a DataLoader with in_order=False may deliver batches out of order: use in_order=True (the default)"
+        )
+    gen = loader.generator
+    return SourceInfo(loader, hops, n, b, bool(drop_last), int(gen.initial_seed()) if gen is not None else None)
+
+
+class PlannedBatchSampler(Sampler[List[int]]):
+    """Yields the planned batches of the current epoch from ``start`` (set by the loader)."""
+
+    def __init__(self) -> None:
+        self.batches: List[np.ndarray] = []
+        self.start = 0
+
+    def __iter__(self):
+        for ids in self.batches[self.start :]:
+            yield ids.tolist()
+
+    def __len__(self) -> int:
+        return max(0, len(self.batches) - self.start)
+
+
+def rebuild(orig: Any, info: SourceInfo, batch_sampler: PlannedBatchSampler) -> Any:
+    """The user's loader (and wrapper) with ``batch_sampler`` in place of its sampling."""
+    src = info.dataloader
+    kwargs = dict(
+        num_workers=src.num_workers,
+        collate_fn=src.collate_fn,
+        pin_memory=src.pin_memory,
+        timeout=src.timeout,
+        worker_init_fn=src.worker_init_fn,
+        multiprocessing_context=src.multiprocessing_context,
+        generator=src.generator,
+        persistent_workers=src.persistent_workers,
+        pin_memory_device=src.pin_memory_device,
+    )
+    if src.num_workers > 0:
+        kwargs["prefetch_factor"] = src.prefetch_factor
+    if hasattr(src, "in_order"):
+        kwargs["in_order"] = src.in_order
+    ours = DataLoader(src.dataset, batch_sampler=batch_sampler, **kwargs)
+    if info.wrapper_path == 0:
+        return ours
+    top = copy.copy(orig)
+    node = top
+    for _ in range(info.wrapper_path - 1):
+        inner = copy.copy(node._loader)
+        node._loader = inner
+        node = inner
+    node._loader = ours
+    return top

@@ -1,0 +1,150 @@
+"""``EpochSiftConfig``: the validated settings of epoch-level sifting (``EpochSiftingDataloader``).
+
+Like the other configs it is a dataclass that validates at construction and accepts a
+dict (``EpochSiftConfig.from_dict`` or anywhere a config is expected), failing with
+``SiftConfigValidationException`` naming the key.
+"""
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from neuron_sift.exceptions import SiftConfigValidationException
+from neuron_sift.sift_config.sift_configs import _check_int, _fail, _from_mapping
+
+EPOCH_POLICIES = ("percentile", "below_mean")
+
+_OWNER = "EpochSiftConfig"
+
+
+def _check_real(key: str, value: Any, low: float, high: float, low_open: bool = False, high_open: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+        _fail(_OWNER, key, f"expected a finite number, got {type(value).__name__} {value!r}")
+    v = float(value)
+    below = v <= low if low_open else v < low
+    above = v >= high if high_open else v > high
+    if below or above:
+        lo = "(" if low_open else "["
+        hi = ")" if high_open else "]"
+        _fail(_OWNER, key, f"must be in {lo}{low}, {high}{hi}, got {value!r}")
+    return v
+
+
+@dataclass
+class EpochSiftConfig:
+    """Which samples each epoch trains on, planned at the epoch's start from recorded losses.
+
+    A sample's *score* is its most recent training loss recorded by ``weighted_loss``.
+    Each epoch, sample ``i`` is kept with probability ``p_i`` and its loss weighted by
+    ``1 / p_i``, so the expected weighted loss of the epoch equals the full-data loss.
+
+    ``policy``:
+
+    * ``"percentile"`` (default): ``p = max(min_keep_probability, percentile ** beta_value)``,
+      the percentile of the sample's score among all recorded scores (ties count half).
+      Expected kept share ``f ** (1 + 1/beta) + (1 - f ** (1 + 1/beta)) / (1 + beta)`` for
+      floor ``f`` (0.50 at beta 1, floor 0.05; 0.34 at beta 2).
+    * ``"below_mean"``: InfoBatch's published rule: a sample whose score is below the mean
+      score is kept with probability ``1 - prune_ratio``, weight ``1 / (1 - prune_ratio)``;
+      the others are kept with weight 1. Expected kept share ``1 - prune_ratio * q``, where
+      ``q`` is the share of scores below their mean (often 0.6 to 0.8: losses are skewed).
+
+    ``kept_share`` (the budget form, either policy; None: off): every sifted epoch trains
+    on exactly ``round(kept_share * N)`` samples of the ``N`` in the dataset. The policy's
+    probabilities are scaled by one common factor (capped at 1) so they sum to that count,
+    and the kept set is drawn with exactly those probabilities (systematic sampling), so
+    ``len()`` and the whole schedule length are exact. Without a budget the kept count is
+    the expected count ``sum(p)`` rounded to whole batches (the probabilities scaled by the
+    same small factor), so no sifted epoch ends with a short batch.
+
+    ``warmup_epochs`` (default 1): the first epochs train on every sample, unit weights
+    (they record the first scores). ``anneal_fraction`` (default 0.125): the last
+    ``floor(anneal_fraction * num_epochs)`` epochs train on every sample with unit weights
+    (needs the loader's ``num_epochs``). Samples never scored are always kept, weight 1.
+
+    ``max_weight`` (None: off): clip every weight at this value. Clipping makes the
+    weighted loss biased (low) wherever ``1 / p > max_weight``; off by default.
+
+    ``seed`` (None: the source DataLoader's generator seed if it has one, else
+    ``torch.initial_seed()`` when the loader is built): seeds each epoch's order and draws.
+
+    ``noise_guard_epochs`` (0: off), ``noise_guard_quantile`` (default 0.9): the label-noise
+    guard. A sample whose score was at or above the ``noise_guard_quantile`` of all scores
+    in each of the last ``noise_guard_epochs`` epochs in which it was trained is treated as
+    likely mislabeled and left out of sifted epochs (warm-up and annealing epochs still
+    train on it). This deliberately changes the objective (those samples no longer count)
+    and is not unbiased for them; see the README.
+    """
+
+    policy: str = "percentile"
+    beta_value: float = 1.0
+    min_keep_probability: float = 0.05
+    prune_ratio: float = 0.5
+    kept_share: Optional[float] = None
+    warmup_epochs: int = 1
+    anneal_fraction: float = 0.125
+    max_weight: Optional[float] = None
+    seed: Optional[int] = None
+    noise_guard_epochs: int = 0
+    noise_guard_quantile: float = 0.9
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.policy, str) or self.policy not in EPOCH_POLICIES:
+            _fail(_OWNER, "policy", f"expected one of {EPOCH_POLICIES}, got {self.policy!r}")
+        self.beta_value = _check_real("beta_value", self.beta_value, 0.0, math.inf, low_open=True, high_open=True)
+        self.min_keep_probability = _check_real(
+            "min_keep_probability", self.min_keep_probability, 0.0, 1.0, low_open=True
+        )
+        self.prune_ratio = _check_real("prune_ratio", self.prune_ratio, 0.0, 1.0, high_open=True)
+        if self.kept_share is not None:
+            self.kept_share = _check_real("kept_share", self.kept_share, 0.0, 1.0, low_open=True)
+        _check_int(_OWNER, "warmup_epochs", self.warmup_epochs, 0)
+        self.warmup_epochs = int(self.warmup_epochs)
+        self.anneal_fraction = _check_real("anneal_fraction", self.anneal_fraction, 0.0, 1.0)
+        if self.max_weight is not None:
+            self.max_weight = _check_real("max_weight", self.max_weight, 1.0, math.inf, high_open=True)
+        if self.seed is not None:
+            _check_int(_OWNER, "seed", self.seed, 0)
+            self.seed = int(self.seed)
+        _check_int(_OWNER, "noise_guard_epochs", self.noise_guard_epochs, 0)
+        self.noise_guard_epochs = int(self.noise_guard_epochs)
+        self.noise_guard_quantile = _check_real(
+            "noise_guard_quantile", self.noise_guard_quantile, 0.0, 1.0, low_open=True, high_open=True
+        )
+
+    @classmethod
+    def from_dict(cls, value: Mapping[str, Any]) -> "EpochSiftConfig":
+        return _from_mapping(cls, _OWNER, value)
+
+    def expected_kept_share(self) -> Optional[float]:
+        """The expected kept share of a sifted epoch, where it does not depend on the scores.
+
+        The budget; or, for ``percentile``, ``E[max(f, U ** beta)]`` for percentiles ``U``
+        uniform on (0, 1); None for ``below_mean`` (it depends on how the scores are
+        distributed around their mean).
+        """
+        if self.kept_share is not None:
+            return self.kept_share
+        if self.policy == "percentile":
+            f, b = self.min_keep_probability, self.beta_value
+            cut = f ** (1.0 / b)  # percentiles below `cut` sit on the floor
+            return f * cut + (1.0 - cut ** (b + 1.0)) / (b + 1.0)
+        return None
+
+    def anneal_epochs(self, num_epochs: Optional[int]) -> int:
+        """How many of the last epochs train on all data: ``floor(anneal_fraction * num_epochs)``."""
+        if num_epochs is None:
+            return 0
+        return int(math.floor(self.anneal_fraction * num_epochs + 1e-9))
+
+
+def coerce_epoch_config(value: Any) -> EpochSiftConfig:
+    """Accept an ``EpochSiftConfig`` or an equivalent dict."""
+    if isinstance(value, EpochSiftConfig):
+        return value
+    if isinstance(value, Mapping):
+        return EpochSiftConfig.from_dict(value)
+    raise SiftConfigValidationException(
+        f"sift_config: expected an EpochSiftConfig or a dict, got {type(value).__name__}"
+    )
