@@ -1,4 +1,5 @@
-"""``benchmarks/suite.py`` and ``benchmarks/machinery.py`` at tiny sizes, so they cannot rot.
+"""``benchmarks/suite.py`` (with tasks.py, arms.py, infobatch.py, runner.py, report.py) and
+``benchmarks/machinery.py`` at tiny sizes, so they cannot rot.
 
 The full runs (README's Benchmarks section) are not part of the tests.
 """
@@ -17,10 +18,14 @@ REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "benchmarks"
 SUITE = BENCH / "suite.py"
 MACHINERY = BENCH / "machinery.py"
-ARMS = ["full", "uniform", "sift-probabilistic", "sift-fixed"]
+ARMS = ["full@0.4", "full@0.6", "full@0.8", "full", "uniform", "sift-probabilistic", "sift-fixed", "infobatch"]
 
 sys.path.insert(0, str(BENCH))
+import arms  # noqa: E402
+import infobatch  # noqa: E402
+import runner  # noqa: E402
 import suite  # noqa: E402
+import tasks  # noqa: E402
 
 
 def run(script, *args, timeout=180):
@@ -45,13 +50,36 @@ def test_rejects_bad_arguments():
     assert proc.returncode == 2 and "--task" in proc.stderr
     proc = run(SUITE, "--arms", "uniform,sift-fixed")
     assert proc.returncode == 2 and "full" in proc.stderr
+    proc = run(SUITE, "--arms", "full,full@1.5")
+    assert proc.returncode == 2 and "full@1.5" in proc.stderr
+
+
+def test_registry_default_arms_frontier_and_plugins(tmp_path):
+    assert arms.default_arms()[:8] == ARMS
+    assert arms.get_arm("full").frontier == 1.0 and arms.get_arm("full@0.4").frontier == 0.4
+    assert arms.get_arm("full@0.3").frontier == 0.3  # any fraction, on demand
+    with pytest.raises(KeyError):
+        arms.get_arm("nope")
+    assert [arms.frontier_epochs(x, 10) for x in (0.4, 0.6, 0.8, 1.0)] == [4, 6, 8, 10]  # not 7 for 0.6
+    assert arms.frontier_epochs(0.25, 10) == 3 and arms.frontier_epochs(0.01, 10) == 1
+    with pytest.raises(ValueError):
+        arms.register("full", lambda ctx: {})
+
+    def mine(ctx):
+        return {}
+
+    try:
+        assert arms.register("test-arm", default=True)(mine) is mine
+        assert "test-arm" in arms.default_arms() and arms.get_arm("test-arm").fn is mine
+    finally:
+        arms.ARMS.pop("test-arm", None)
 
 
 def test_uniform_loader_plans_its_steps_exactly_and_keeps_the_configured_share():
     n, b, beta, delay, epochs = 1003, 32, 1.0, 4, 3
     data = TensorDataset(torch.randn(n, 3), torch.randint(0, 2, (n,)), torch.arange(n))
     source = DataLoader(data, batch_size=b, shuffle=True, generator=torch.Generator().manual_seed(0))
-    loader = suite.UniformSubsetLoader(source, beta, delay, seed=0)
+    loader = arms.UniformSubsetLoader(source, beta, delay, seed=0)
     planned = loader.planned_steps(epochs)
     steps = 0
     seen_ids = []
@@ -69,18 +97,43 @@ def test_uniform_loader_plans_its_steps_exactly_and_keeps_the_configured_share()
     assert ids.unique().numel() > 0.8 * n  # a fresh uniform subset every epoch covers most of the data
 
 
+def _lrs(sched, opt, steps):
+    out = [opt.param_groups[0]["lr"]]
+    for _ in range(steps):
+        sched.step()
+        out.append(opt.param_groups[0]["lr"])
+    return out
+
+
 def test_cosine_schedule_decays_to_zero_and_never_steps_past_its_end():
-    f = suite.cosine_factor(10)
-    assert f(0) == 1.0
-    assert f(10) == pytest.approx(0.0, abs=1e-12)
-    assert f(25) == f(10)  # clamped
-    assert all(f(i) >= f(i + 1) for i in range(12))
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=2.0)
+    lrs = _lrs(runner.CosineSchedule(opt, total_steps=10), opt, 12)
+    assert lrs[0] == 2.0 and lrs[5] == pytest.approx(1.0) and lrs[10] == pytest.approx(0.0, abs=1e-12)
+    assert lrs[12] == lrs[10]  # clamped
+    assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+    assert [runner.cosine_factor(10)(i) for i in (0, 10, 25)] == [1.0, pytest.approx(0.0, abs=1e-12), lrs[10] / 2]
 
 
-def test_time_to_target_takes_the_first_point_at_or_above_the_target():
-    curve = [{"wall_s": 0.0, "test_acc": 0.1}, {"wall_s": 2.0, "test_acc": 0.9}, {"wall_s": 3.0, "test_acc": 0.95}]
-    assert suite.time_to_target(curve, 0.9) == 2.0
-    assert suite.time_to_target(curve, 0.96) is None
+def test_epoch_schedule_spends_each_epoch_whatever_its_length_and_ends_at_zero():
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = runner.CosineSchedule(opt, epochs=4)
+    lrs = []
+    for steps in (10, 3, 7, 5):  # epoch lengths known only when each epoch is planned
+        sched.begin_epoch(steps)
+        lrs += _lrs(sched, opt, steps)[1:]
+    assert lrs[9] == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.25)))  # end of epoch 1: a quarter of the way
+    assert lrs[12] == pytest.approx(0.5)  # end of epoch 2: half way
+    assert lrs[-1] == pytest.approx(0.0, abs=1e-12)
+    assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+    assert sched.planned == 25
+
+
+def test_epoch_order_is_the_same_per_seed_and_epoch_and_differs_between_them():
+    a, b = runner.EpochOrder(50, seed=3), runner.EpochOrder(50, seed=3)
+    first, second = list(a), list(a)
+    assert first == list(b) == a.order(0).tolist() and second == list(b) == a.order(1).tolist()
+    assert sorted(first) == list(range(50)) and first != second
+    assert runner.EpochOrder(50, seed=4).order(0).tolist() != first
 
 
 def test_mnist1d_is_generated_locally_without_the_network(monkeypatch, tmp_path):
@@ -90,26 +143,78 @@ def test_mnist1d_is_generated_locally_without_the_network(monkeypatch, tmp_path)
         raise AssertionError("the benchmark must not download anything")
 
     monkeypatch.setattr(requests, "get", no_network)
-    data = suite.mnist1d_data(400, 100, cache=tmp_path)
+    data = tasks.mnist1d_data(400, 100, cache=tmp_path)
     assert data.x_train.shape == (400, 40) and data.x_test.shape == (100, 40)
     assert set(data.y_train.tolist()) <= set(range(10))
-    again = suite.mnist1d_data(400, 100, cache=tmp_path)  # from the cache, identical
+    again = tasks.mnist1d_data(400, 100, cache=tmp_path)  # from the cache, identical
     assert torch.equal(again.x_train, data.x_train) and torch.equal(again.y_test, data.y_test)
 
 
 def test_label_flips_change_exactly_the_requested_share():
     y = torch.arange(1000) % 10
-    flipped, mask = suite._flip_labels(y, 0.2, 10, seed=0)
+    flipped, mask = tasks._flip_labels(y, 0.2, 10, seed=0)
     assert int(mask.sum()) == 200
     assert bool((flipped[mask] != y[mask]).all()) and bool((flipped[~mask] == y[~mask]).all())
 
 
-def test_keyword_sequences_label_is_the_most_frequent_keyword():
-    x, y = suite.keyword_sequences(200, seed=0)
-    assert x.shape == (200, suite.BERT_LEN)
+def test_keyword_sequences_label_is_the_most_frequent_keyword_and_usually_by_one():
+    x, y = tasks.keyword_sequences(400, seed=0)
+    assert x.shape == (400, tasks.BERT_LEN)
+    leads = []
     for row, label in zip(x, y):
-        counts = [(row == k + 1).sum().item() for k in range(suite.BERT_CLASSES)]
+        counts = [(row == k + 1).sum().item() for k in range(tasks.BERT_CLASSES)]
         assert counts[label] == max(counts) and counts.count(max(counts)) == 1
+        leads.append(counts[label] - sorted(counts)[-2])
+    assert 0.7 < leads.count(1) / len(leads) < 0.95  # three in four by construction, plus chance
+
+
+def test_redundant_data_is_mostly_jittered_copies_of_a_small_pool(tmp_path):
+    n, nt = 4000, 100
+    base = tasks.Data(torch.randn(n, 40), torch.randint(0, 10, (n,)), torch.randn(nt, 40), torch.randint(0, 10, (nt,)),
+                      torch.zeros(n, dtype=torch.bool), 10)
+    red = tasks.make_redundant(base)
+    assert red.x_train.shape == base.x_train.shape and torch.equal(red.x_test, base.x_test)
+    # each training sample is within jitter of one original, with that original's label
+    d = torch.cdist(red.x_train, base.x_train)
+    nearest = d.argmin(dim=1)
+    assert bool((d.min(dim=1).values < 6 * tasks.REDUNDANT_JITTER * 40 ** 0.5).all())
+    assert torch.equal(red.y_train, base.y_train[nearest])
+    exact = d.min(dim=1).values < 0.1  # copies: about 0.05 * sqrt(40) = 0.3 away (cdist is not exact at 0)
+    assert int(exact.sum()) == round(tasks.REDUNDANT_DISTINCT * n)  # the distinct quarter, unchanged
+    sources = nearest[~exact].unique()
+    assert len(sources) == round(tasks.REDUNDANT_POOL * n)  # copies of a pool of 100 originals
+    assert nearest.unique().numel() == round(tasks.REDUNDANT_DISTINCT * n)
+
+
+def test_infobatch_prunes_below_mean_at_the_published_rate_and_reweights_the_survivors():
+    n, epochs = 20_000, 8
+    order = runner.EpochOrder(n, seed=0).order
+    s = infobatch.InfoBatchSampler(n, epochs, order, seed=0)
+    assert s.plan(0) == n and s.indices.tolist() == order(0).tolist()  # nothing scored yet: all kept, in order
+    assert bool((s.weights == 1).all())
+    scores = torch.rand(n) ** 3  # skewed: 1/4 mean, about 63% below it
+    half = torch.arange(n // 2)
+    s.record(half, scores[half])  # only half scored: the rest is kept whatever happens
+    kept = s.plan(1)
+    below = torch.zeros(n, dtype=torch.bool)
+    below[half] = scores[half] < scores[half].mean()
+    in_epoch = torch.zeros(n, dtype=torch.bool)
+    in_epoch[s.indices] = True
+    assert bool(in_epoch[n // 2 :].all()) and bool(in_epoch[half][~below[half]].all())
+    survived = in_epoch[below].float().mean().item()
+    assert abs(survived - 0.5) < 0.03  # pruned with probability r = 0.5
+    assert kept == n - int(below.sum()) + int(in_epoch[below].sum())
+    assert bool((s.weights[below & in_epoch] == 2.0).all()) and bool((s.weights[~below] == 1.0).all())
+    assert s.indices.tolist() == [i for i in order(1).tolist() if in_epoch[i]]  # the seed's order, filtered
+    # unbiased: the expected weighted sum over the kept samples is the full sum
+    s.record(torch.arange(n), scores)
+    sums = []
+    for _ in range(20):
+        s.plan(2)
+        sums.append(float((scores[s.indices] * s.weights[s.indices]).sum()))
+    assert abs(sum(sums) / len(sums) / float(scores.sum()) - 1) < 0.01
+    # annealing: epochs >= 0.875 * 8 = 7 train on all data, unit weights
+    assert s.plan(6) < n and s.plan(7) == n and bool((s.weights == 1).all())
 
 
 def _records(path):
@@ -128,22 +233,31 @@ def _check_records(records, task, seeds, backend):
         runs = {r["arm"]: r["results"] for r in records if r["seed"] == seed}
         full = runs["full"]
         for arm, res in runs.items():
+            frac = arms.get_arm(arm).frontier
+            arm_epochs = arms.frontier_epochs(frac, epochs) if frac else epochs
+            assert res["epochs"] == arm_epochs
             assert res["target_acc"] == pytest.approx(full["final_test_acc"] - 0.005, abs=1e-6)
             assert 0.0 <= res["final_test_acc"] <= 1.0 and res["final_test_acc"] > 0.2, (arm, res["final_test_acc"])
-            assert res["wall_s"] > 0 and res["source_samples_seen"] == epochs * n
+            assert res["wall_s"] > 0 and res["source_samples_seen"] == arm_epochs * n
             assert res["backward_samples"] == res["training_forward_samples"]
             assert res["forward_samples"] == res["scoring_forward_samples"] + res["training_forward_samples"]
             curve = res["curve"]
             assert curve[0]["wall_s"] == 0.0 and curve[-1]["test_acc"] == res["final_test_acc"]
             assert [p["wall_s"] for p in curve] == sorted(p["wall_s"] for p in curve)
             assert curve[-1]["wall_s"] == pytest.approx(res["wall_s"], abs=1e-3)
+            assert len(curve) >= arm_epochs * cfg["evals_per_epoch"]
             if res["time_to_target_s"] is not None:
                 assert res["time_to_target_s"] <= res["wall_s"] + 1e-9
             assert res["steps"] <= res["planned_steps"] + 4
+            assert res["lr_at_end"] < 1e-3 * cfg["lr"] or arm == "sift-probabilistic"  # decayed to its own end
+            p = res["paired"]
+            assert p["final_acc_delta"] == pytest.approx(100 * (res["final_test_acc"] - full["final_test_acc"]))
+            if frac:
+                assert p["iso_time_gain"] == pytest.approx(0.0, abs=1e-9)  # a frontier point itself
+                assert res["backward_samples"] == arm_epochs * n and res["steps"] == res["planned_steps"]
         assert full["kept_share"] == 1.0 and full["backward_samples"] == epochs * n and full["scoring_forward_samples"] == 0
-        assert full["steps"] == full["planned_steps"]
-        assert full["time_to_target_s"] is not None  # the full arm reaches its own final accuracy - 0.5
-        uni, fixed, prob = runs["uniform"], runs["sift-fixed"], runs["sift-probabilistic"]
+        assert full["time_to_target_s"] is not None and full["paired"]["speedup_vs_full"] == 1.0
+        uni, fixed, prob, ib = runs["uniform"], runs["sift-fixed"], runs["sift-probabilistic"], runs["infobatch"]
         assert uni["steps"] == uni["planned_steps"] and fixed["steps"] == fixed["planned_steps"]
         assert uni["kept_share"] == fixed["kept_share"]  # same configured share, exactly
         assert uni["scoring_forward_samples"] == 0
@@ -153,23 +267,44 @@ def _check_records(records, task, seeds, backend):
             assert res["scoring_forward_samples"] == epochs * n - delayed
             assert res["backward_samples"] < 0.8 * epochs * n
             assert res["machinery_s"] > 0
+        assert ib["scoring_forward_samples"] == 0 and ib["steps"] == ib["planned_steps"]
+        assert ib["backward_samples"] == ib["samples_kept"] == sum(ib["kept_per_epoch"]) < epochs * n
+        assert ib["kept_per_epoch"][0] == n  # nothing scored before the first epoch
 
 
 @pytest.mark.slow
-def test_tiny_suite_runs_every_arm_and_writes_records_and_plot(tmp_path):
-    proc = run(SUITE, "--task", "digits", "--tiny", "--seeds", "0", "--out", str(tmp_path), "--no-progress")
+def test_tiny_suite_runs_every_arm_and_writes_records_summary_and_plot(tmp_path):
+    proc = run(SUITE, "--task", "digits", "--tiny", "--epochs", "3", "--seeds", "0,1", "--out", str(tmp_path),
+               "--no-progress")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for arm in ARMS:
         assert arm in proc.stdout
-    assert "time to target" in proc.stdout and "final test acc" in proc.stdout
+    head = proc.stdout[proc.stdout.index("runs in"):]
+    assert head.index("speedup vs frontier") < head.index("time to target s")  # the headline table first
     records = _records(tmp_path / "runs.jsonl")
-    _check_records(records, "digits", [0], "eager")
+    _check_records(records, "digits", [0, 1], "eager")
     png = tmp_path / "accuracy_vs_time.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # --summarize reprints the table from the records
-    proc = run(SUITE, "--summarize", str(tmp_path / "runs.jsonl"), "--markdown", "--plot", str(tmp_path / "again.png"))
+    rows = _records(tmp_path / "summary.jsonl")
+    assert [r["arm"] for r in rows] == ARMS
+    for r in rows:
+        assert r["task"] == "digits" and r["backend"] == "eager" and r["seeds"] == 2 and 0 <= r["reached"] <= 2
+        for key in ("speedup_vs_full", "speedup_vs_frontier", "iso_time_gain", "final_acc", "final_acc_delta",
+                    "total_wall_s", "bwd_samples", "kept_share"):
+            assert key in r and key + "_min" in r and key + "_max" in r
+            if r[key] is not None:
+                assert r[key + "_min"] <= r[key] <= r[key + "_max"]
+            else:
+                assert r["reached"] == 0 and key.startswith("speedup")
+        assert r["commit"] == records[0]["versions"]["commit"]
+    full = next(r for r in rows if r["arm"] == "full")
+    assert full["reached"] == 2 and full["speedup_vs_full"] == 1.0 and full["final_acc_delta"] == 0.0
+    # --summarize reprints the tables (and rewrites the summary) from the records
+    proc = run(SUITE, "--summarize", str(tmp_path / "runs.jsonl"), "--markdown", "--plot", str(tmp_path / "again.png"),
+               "--summary", str(tmp_path / "again.jsonl"))
     assert proc.returncode == 0, proc.stderr
-    assert "| sift-fixed |" in proc.stdout and (tmp_path / "again.png").is_file()
+    assert "| infobatch |" in proc.stdout and (tmp_path / "again.png").is_file()
+    assert _records(tmp_path / "again.jsonl") == rows
 
 
 @pytest.mark.slow
@@ -201,7 +336,10 @@ def test_tiny_suite_on_xla_records_compiles_and_host_reads(tmp_path):
         assert res["xla_compiles"] >= 0 and res["xla_host_reads_per_step"] >= 0
         assert res["xla_host_reads"] == pytest.approx(res["xla_host_reads_per_step"] * res["steps"], abs=0.01 * res["steps"])
     by_arm = {r["arm"]: r["results"] for r in records}
-    assert by_arm["full"]["xla_compiles"] >= 1  # later arms reuse graphs compiled in the same process
+    # the untimed warm-up compiled the plain step; the frontier arms reuse its graphs (the last batch's shape aside)
+    assert all(by_arm[a]["xla_compiles"] <= 2 for a in ("full@0.4", "full@0.6", "full@0.8", "full"))
+    # infobatch reads its scores back once per epoch, to plan the next; never per step
+    assert by_arm["infobatch"]["xla_host_reads"] <= by_arm["infobatch"]["epochs"]
     # fixed mode reads nothing back per source batch; probabilistic mode reads two scalars per source batch
     assert by_arm["sift-fixed"]["xla_host_reads"] < by_arm["sift-probabilistic"]["xla_host_reads"]
 

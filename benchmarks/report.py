@@ -1,0 +1,318 @@
+"""The suite's arithmetic and output: time to target, the full-data frontier, the paired
+headline numbers, ``summary.jsonl``, the tables and the plot.
+
+Per seed (``annotate_seed``), every arm is paired with the ``full`` run and the frontier
+runs (``full`` and every ``full@X``) of the same seed:
+
+* target: ``full``'s final test accuracy minus ``target_drop`` points;
+* time to target (``time_to_target``): the wall-clock of the first evaluation from which
+  every later evaluation of the run stays at or above the target (not the first
+  crossing, which rewards a lucky evaluation); ``None`` when the final one is below it;
+* ``speedup_vs_full``: ``full``'s time to target / the arm's;
+* ``speedup_vs_frontier``: the shortest time to target of any frontier run / the arm's;
+* ``iso_time_gain``: the arm's final accuracy minus the frontier's accuracy at the arm's
+  total wall-clock, in points; the frontier is piecewise linear through the (total wall,
+  final accuracy) points of the seed's frontier runs, sorted by wall-clock
+  (``frontier_at``); outside their range it is clamped to the nearest end point and the
+  run says so (``iso_time_clamped``: ``"below"`` / ``"above"``);
+* ``final_acc_delta``: the arm's final accuracy minus ``full``'s, in points.
+
+An arm that never reaches the target has no speedup for that seed (``None``); the summary
+counts the seeds that reached it and takes medians over those only.
+
+``summary.jsonl``: one object per task, backend and arm: ``task``, ``arm``, ``backend``,
+``seeds``, ``reached`` (seeds that reached the target), ``commit``, and for each metric
+``M`` of ``speedup_vs_full``, ``speedup_vs_frontier`` (over the seeds that reached the
+target), ``iso_time_gain``, ``final_acc_delta`` (points), ``final_acc`` (%),
+``time_to_target_s``, ``total_wall_s``, ``bwd_samples``, ``fwd_samples``, ``kept_share``,
+``target_acc`` (%): ``M`` the median over seeds, ``M_min`` and ``M_max``; ``null`` where
+undefined (no seed reached the target). ``iso_time_clamped``: seeds whose iso-time value
+was clamped. ``mislabeled_share`` (and its range) on ``mnist1d-noisy``.
+"""
+
+import json
+import statistics
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+EPS = 1e-12
+
+
+def is_frontier(arm: str) -> bool:
+    return arm == "full" or arm.startswith("full@")
+
+
+def time_to_target(curve: Sequence[dict], target: float) -> Optional[float]:
+    """Wall-clock of the first evaluation from which every later one stays >= ``target``."""
+    t = None
+    for point in curve:
+        if point["test_acc"] >= target - EPS:
+            if t is None:
+                t = point["wall_s"]
+        else:
+            t = None
+    return t
+
+
+def first_crossing(curve: Sequence[dict], target: float) -> Optional[float]:
+    """Wall-clock of the first evaluation at or above ``target`` (for comparison only)."""
+    for point in curve:
+        if point["test_acc"] >= target - EPS:
+            return point["wall_s"]
+    return None
+
+
+def frontier_at(points: Sequence[Tuple[float, float]], t: float) -> Tuple[float, Optional[str]]:
+    """The frontier's accuracy at wall-clock ``t``: piecewise linear through ``points``
+    ((wall, accuracy), sorted here by wall); clamped to the first / last point outside
+    their range, with ``"below"`` / ``"above"`` saying so (``None`` inside)."""
+    pts = sorted(points)
+    if not pts:
+        raise ValueError("no frontier points")
+    if t < pts[0][0]:
+        return pts[0][1], "below"
+    if t > pts[-1][0]:
+        return pts[-1][1], "above"
+    for (w0, a0), (w1, a1) in zip(pts, pts[1:]):
+        if w0 <= t <= w1:
+            if w1 - w0 <= EPS:
+                return max(a0, a1), None
+            return a0 + (a1 - a0) * (t - w0) / (w1 - w0), None
+    return pts[-1][1], None  # a single point, t equal to it
+
+
+def _ratio(num: Optional[float], den: Optional[float]) -> Optional[float]:
+    if num is None or den is None or num <= 0 or den <= 0:
+        return None
+    return num / den
+
+
+def paired(arm: dict, full: dict, frontier: Sequence[dict]) -> dict:
+    """The headline numbers of one run against the same seed's ``full`` and frontier runs
+    (each a result dict with ``time_to_target_s``, ``final_test_acc``, ``wall_s``)."""
+    reached = [r["time_to_target_s"] for r in frontier if r["time_to_target_s"] is not None]
+    best = min(reached) if reached else None
+    acc, clamped = frontier_at([(r["wall_s"], r["final_test_acc"]) for r in frontier], arm["wall_s"])
+    return {
+        "speedup_vs_full": _ratio(full["time_to_target_s"], arm["time_to_target_s"]),
+        "speedup_vs_frontier": _ratio(best, arm["time_to_target_s"]),
+        "frontier_best_time_to_target_s": best,
+        "frontier_acc_at_wall": acc,
+        "iso_time_gain": 100.0 * (arm["final_test_acc"] - acc),
+        "iso_time_clamped": clamped,
+        "final_acc_delta": 100.0 * (arm["final_test_acc"] - full["final_test_acc"]),
+    }
+
+
+def annotate_seed(results: Dict[str, dict], target_drop: float) -> None:
+    """Adds target, time to target and the paired numbers to every arm's results of one seed."""
+    full = results["full"]
+    target = full["final_test_acc"] - target_drop / 100.0
+    for r in results.values():
+        r["target_acc"] = round(target, 6)
+        r["time_to_target_s"] = time_to_target(r["curve"], target)
+        r["first_crossing_s"] = first_crossing(r["curve"], target)
+    frontier = [r for arm, r in results.items() if is_frontier(arm)]
+    for r in results.values():
+        r["paired"] = paired(r, full, frontier)
+
+
+def stat(values: Sequence[Optional[float]]) -> Tuple[Optional[float], Optional[float], Optional[float]]:
+    """(median, min, max) of the values that are not None; Nones when there are none."""
+    v = [x for x in values if x is not None]
+    if not v:
+        return None, None, None
+    return statistics.median(v), min(v), max(v)
+
+
+def _metric(row: dict, key: str, values, digits: int = 4) -> None:
+    med, lo, hi = stat(values)
+    rnd = (lambda x: None if x is None else round(x, digits))
+    row[key], row[key + "_min"], row[key + "_max"] = rnd(med), rnd(lo), rnd(hi)
+
+
+def summarize(records: List[dict]) -> List[dict]:
+    """One summary row per (task, backend, arm), in the order of the records."""
+    keys: List[tuple] = []
+    for r in records:
+        k = (r["task"], r["backend"], r["arm"])
+        if k not in keys:
+            keys.append(k)
+    rows = []
+    for task, backend, arm in keys:
+        rs = [r for r in records if (r["task"], r["backend"], r["arm"]) == (task, backend, arm)]
+        res = [r["results"] for r in rs]
+        p = [x["paired"] for x in res]
+        commits = sorted({str(r["versions"].get("commit")) for r in rs})
+        row = {"task": task, "arm": arm, "backend": backend, "seeds": len(rs),
+               "reached": sum(x["time_to_target_s"] is not None for x in res),
+               "commit": commits[0] if len(commits) == 1 else ",".join(commits)}
+        _metric(row, "speedup_vs_full", [x["speedup_vs_full"] for x in p], 3)
+        _metric(row, "speedup_vs_frontier", [x["speedup_vs_frontier"] for x in p], 3)
+        _metric(row, "iso_time_gain", [x["iso_time_gain"] for x in p], 3)
+        row["iso_time_clamped"] = sum(x["iso_time_clamped"] is not None for x in p)
+        _metric(row, "final_acc", [100.0 * x["final_test_acc"] for x in res], 3)
+        _metric(row, "final_acc_delta", [x["final_acc_delta"] for x in p], 3)
+        _metric(row, "time_to_target_s", [x["time_to_target_s"] for x in res], 3)
+        _metric(row, "total_wall_s", [x["wall_s"] for x in res], 3)
+        _metric(row, "bwd_samples", [x["backward_samples"] for x in res], 0)
+        _metric(row, "fwd_samples", [x["forward_samples"] for x in res], 0)
+        _metric(row, "kept_share", [x["kept_share"] for x in res], 4)
+        _metric(row, "target_acc", [100.0 * x["target_acc"] for x in res], 3)
+        if "mislabeled_share_trained" in res[0]:
+            _metric(row, "mislabeled_share", [x["mislabeled_share_trained"] for x in res], 4)
+        if "xla_compiles" in res[0]:
+            _metric(row, "xla_compiles", [x["xla_compiles"] for x in res], 0)
+            _metric(row, "xla_host_reads_per_step", [x["xla_host_reads_per_step"] for x in res], 3)
+        rows.append(row)
+    return rows
+
+
+def write_summary(rows: List[dict], path: Path) -> None:
+    """``summary.jsonl``: replaced, one line per row."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def fmt(row: dict, key: str, spec: str) -> str:
+    """'median [min, max]' of a summary metric; '-' when undefined. Spec "s": seconds."""
+    med = row.get(key)
+    if med is None:
+        return "-"
+    lo, hi = row.get(key + "_min"), row.get(key + "_max")
+    if spec == "s":
+        spec = ".2f" if hi < 10 else ".1f"
+    if row["seeds"] == 1 or lo == hi:
+        return format(med, spec)
+    return f"{format(med, spec)} [{format(lo, spec)}, {format(hi, spec)}]"
+
+
+HEADLINE = [
+    ("reached", "reached", None),
+    ("speedup_vs_full", "speedup vs full", ".2f"),
+    ("speedup_vs_frontier", "speedup vs frontier", ".2f"),
+    ("iso_time_gain", "iso-time gain (pts)", "+.2f"),
+    ("final_acc", "final acc %", ".2f"),
+    ("final_acc_delta", "acc vs full (pts)", "+.2f"),
+    ("total_wall_s", "total wall s", "s"),
+    ("bwd_samples", "bwd samples", ".0f"),
+    ("kept_share", "kept share", ".3f"),
+]
+DETAIL = [
+    ("time_to_target_s", "time to target s", "s"),
+    ("fwd_samples", "fwd samples", ".0f"),
+    ("mislabeled_share", "mislabeled share of trained", ".3f"),
+    ("xla_compiles", "compiles", ".0f"),
+    ("xla_host_reads_per_step", "host reads/step", ".2f"),
+]
+
+
+def _cell(row: dict, key: str, spec: Optional[str]) -> str:
+    if key == "reached":
+        return f"{row['reached']}/{row['seeds']}"
+    if key == "iso_time_gain" and row.get("iso_time_clamped"):
+        return fmt(row, key, spec) + f" (clamped {row['iso_time_clamped']})"
+    return fmt(row, key, spec)
+
+
+def format_tables(rows: List[dict], markdown: bool = False, columns=None) -> str:
+    """The headline table per task (or ``columns``), median [min, max] over seeds."""
+    columns = columns or HEADLINE
+    out, groups = [], []
+    for r in rows:
+        if (r["task"], r["backend"]) not in groups:
+            groups.append((r["task"], r["backend"]))
+    for task, backend in groups:
+        rs = [r for r in rows if (r["task"], r["backend"]) == (task, backend)]
+        cols = [("arm", "arm", None)] + [c for c in columns if c[0] == "reached" or c[0] in rs[0]]
+        full = next((r for r in rs if r["arm"] == "full"), rs[0])
+        title = f"{task} ({backend}), {full['seeds']} seed(s), target = full's final accuracy - drop: {fmt(full, 'target_acc', '.2f')} %"
+        cells = [[r["arm"] if k == "arm" else _cell(r, k, s) for k, _, s in cols] for r in rs]
+        if markdown:
+            out.append(f"**{title}**\n")
+            out.append("| " + " | ".join(h for _, h, _ in cols) + " |")
+            out.append("|" + "|".join(" --- " for _ in cols) + "|")
+            out.extend("| " + " | ".join(c) + " |" for c in cells)
+        else:
+            widths = [max(len(h), *(len(c[i]) for c in cells)) for i, (_, h, _) in enumerate(cols)]
+            out.append(title)
+            out.append("  ".join(h.ljust(w) for (_, h, _), w in zip(cols, widths)))
+            out.append("  ".join("-" * w for w in widths))
+            out.extend("  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells)
+        out.append("")
+    return "\n".join(out)
+
+
+ARM_COLORS = {"full": "black", "uniform": "tab:brown", "sift-probabilistic": "tab:blue", "sift-fixed": "tab:orange",
+              "infobatch": "tab:green"}
+FRONTIER_COLORS = {"full@0.4": "#bbbbbb", "full@0.6": "#999999", "full@0.8": "#666666"}
+
+
+def plot(records: List[dict], rows: List[dict], path: Path) -> None:
+    """Per task: accuracy against wall-clock of every run with the frontier line of each
+    seed (through its frontier runs' end points), and the speedups and iso-time gain per
+    arm (median, whiskers: min and max over seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = []
+    for r in records:
+        if (r["task"], r["backend"]) not in groups:
+            groups.append((r["task"], r["backend"]))
+    fig, axes = plt.subplots(len(groups), 2, figsize=(14, 4.8 * len(groups)), squeeze=False)
+    palette = plt.get_cmap("tab10")
+    for (ax, bx), (task, backend) in zip(axes, groups):
+        rs = [r for r in records if (r["task"], r["backend"]) == (task, backend)]
+        arms = list(dict.fromkeys(r["arm"] for r in rs))
+        colors = {a: ARM_COLORS.get(a) or FRONTIER_COLORS.get(a) or palette((i + 5) % 10) for i, a in enumerate(arms)}
+        for arm in arms:
+            for i, r in enumerate(x for x in rs if x["arm"] == arm):
+                c = r["results"]["curve"]
+                ax.plot([p["wall_s"] for p in c], [100 * p["test_acc"] for p in c], color=colors[arm], alpha=0.75,
+                        lw=1.0, label=arm if i == 0 else None)
+        for j, seed in enumerate(dict.fromkeys(r["seed"] for r in rs)):
+            pts = sorted((r["results"]["wall_s"], 100 * r["results"]["final_test_acc"]) for r in rs
+                         if r["seed"] == seed and is_frontier(r["arm"]))
+            ax.plot(*zip(*pts), color="red", ls="--", marker="o", ms=4, lw=1.4, label="frontier (per seed)" if j == 0 else None)
+        targets = [100 * r["results"]["target_acc"] for r in rs]
+        ax.axhline(statistics.median(targets), color="red", ls=":", lw=0.8, label="target (median)")
+        finals = [100 * r["results"]["final_test_acc"] for r in rs]
+        ax.set_ylim(max(0.0, min(finals) - 10), min(100.0, max(finals) + 1.5))
+        ax.set_xlabel("training wall-clock s (evaluation excluded)")
+        ax.set_ylabel("test accuracy %")
+        ax.set_title(f"{task} ({backend}): accuracy against time, frontier = full@x end points")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize=7, ncol=2)
+
+        srows = [r for r in rows if (r["task"], r["backend"]) == (task, backend)]
+        xs = list(range(len(srows)))
+        for off, key, marker, label in ((-0.15, "speedup_vs_full", "o", "speedup vs full"),
+                                        (0.0, "speedup_vs_frontier", "s", "speedup vs frontier")):
+            for x, r in zip(xs, srows):
+                if r.get(key) is None:
+                    continue
+                bx.errorbar(x + off, r[key], yerr=[[r[key] - r[key + "_min"]], [r[key + "_max"] - r[key]]], fmt=marker,
+                            color="tab:blue" if key == "speedup_vs_full" else "tab:purple", capsize=3,
+                            label=label if x == next(i for i, q in zip(xs, srows) if q.get(key) is not None) else None)
+        bx.axhline(1.0, color="gray", lw=0.8)
+        bx.set_ylabel("speedup (time to target), seeds that reached it")
+        gx = bx.twinx()
+        for x, r in zip(xs, srows):
+            gx.errorbar(x + 0.15, r["iso_time_gain"], yerr=[[r["iso_time_gain"] - r["iso_time_gain_min"]],
+                        [r["iso_time_gain_max"] - r["iso_time_gain"]]], fmt="D", color="tab:green", capsize=3,
+                        label="iso-time gain" if x == 0 else None)
+        gx.axhline(0.0, color="tab:green", lw=0.6, ls=":")
+        gx.set_ylabel("iso-time gain, points (vs frontier at the arm's wall-clock)", color="tab:green")
+        bx.set_xticks(xs)
+        bx.set_xticklabels([f"{r['arm']}\n{r['reached']}/{r['seeds']}" for r in srows], fontsize=7)
+        bx.set_title(f"{task}: median, whiskers min-max over seeds (x labels: seeds that reached the target)")
+        bx.grid(alpha=0.3)
+        h1, l1 = bx.get_legend_handles_labels()
+        h2, l2 = gx.get_legend_handles_labels()
+        bx.legend(h1 + h2, l1 + l2, loc="upper right", fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,122 @@
+"""The suite's arithmetic (benchmarks/report.py) on hand-made curves with known answers."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import report  # noqa: E402
+
+
+def curve(*points):
+    return [{"wall_s": w, "test_acc": a} for w, a in points]
+
+
+def run(points, wall=None, final=None):
+    c = curve(*points)
+    return {"curve": c, "wall_s": wall if wall is not None else c[-1]["wall_s"],
+            "final_test_acc": final if final is not None else c[-1]["test_acc"]}
+
+
+def test_time_to_target_is_the_first_evaluation_from_which_every_later_one_stays_above():
+    c = curve((0, 0.1), (1, 0.91), (2, 0.89), (3, 0.92), (4, 0.93))
+    assert report.time_to_target(c, 0.90) == 3  # the crossing at 1 s does not last
+    assert report.first_crossing(c, 0.90) == 1
+    assert report.time_to_target(c, 0.925) == 4
+    assert report.time_to_target(c, 0.94) is None  # the final evaluation is below
+    assert report.time_to_target(c, 0.05) == 0  # at or above from the start
+    assert report.time_to_target(curve((0, 0.5), (1, 0.9), (2, 0.9)), 0.9) == 1  # "at" counts
+
+
+def test_a_dip_at_the_end_means_never():
+    c = curve((0, 0.1), (1, 0.95), (2, 0.96), (3, 0.949))
+    assert report.time_to_target(c, 0.95) is None
+    assert report.first_crossing(c, 0.95) == 1
+
+
+def test_frontier_is_piecewise_linear_and_clamped_outside_its_range():
+    pts = [(10.0, 0.90), (20.0, 0.96), (5.0, 0.80)]  # unsorted on purpose
+    assert report.frontier_at(pts, 5.0) == (0.80, None)
+    assert report.frontier_at(pts, 7.5) == (pytest.approx(0.85), None)
+    assert report.frontier_at(pts, 15.0) == (pytest.approx(0.93), None)
+    assert report.frontier_at(pts, 20.0) == (pytest.approx(0.96), None)
+    assert report.frontier_at(pts, 2.0) == (0.80, "below")
+    assert report.frontier_at(pts, 25.0) == (0.96, "above")
+    assert report.frontier_at([(3.0, 0.7)], 3.0) == (0.7, None)
+    assert report.frontier_at([(3.0, 0.7), (3.0, 0.8)], 3.0) == (0.8, None)  # equal walls: the better one
+    with pytest.raises(ValueError):
+        report.frontier_at([], 1.0)
+
+
+def test_paired_numbers_of_a_seed():
+    # full: 4 evaluations, final 0.96 at 20 s, target 0.955 -> reached (and stays) at 15 s
+    results = {
+        "full": run([(0, 0.1), (5, 0.90), (10, 0.94), (15, 0.956), (20, 0.96)]),
+        "full@0.5": run([(0, 0.1), (5, 0.93), (10, 0.957)]),  # reaches the target at 10 s
+        "arm": run([(0, 0.1), (4, 0.958), (8, 0.954), (12, 0.961)]),  # reaches (for good) at 12 s
+        "slow": run([(0, 0.1), (30, 0.95)]),  # never: 0.95 < 0.955
+    }
+    report.annotate_seed(results, target_drop=0.5)
+    for r in results.values():
+        assert r["target_acc"] == pytest.approx(0.955)
+    assert results["full"]["time_to_target_s"] == 15 and results["full@0.5"]["time_to_target_s"] == 10
+    a = results["arm"]["paired"]
+    assert results["arm"]["time_to_target_s"] == 12 and results["arm"]["first_crossing_s"] == 4
+    assert a["speedup_vs_full"] == pytest.approx(15 / 12)
+    assert a["speedup_vs_frontier"] == pytest.approx(10 / 12)  # the fastest frontier run: full@0.5
+    # frontier through (10 s, 0.957) and (20 s, 0.96): at 12 s, 0.9576
+    assert a["frontier_acc_at_wall"] == pytest.approx(0.9576)
+    assert a["iso_time_gain"] == pytest.approx(100 * (0.961 - 0.9576))
+    assert a["iso_time_clamped"] is None
+    assert a["final_acc_delta"] == pytest.approx(100 * (0.961 - 0.96))
+    s = results["slow"]["paired"]
+    assert s["speedup_vs_full"] is None and s["speedup_vs_frontier"] is None
+    assert s["iso_time_clamped"] == "above" and s["iso_time_gain"] == pytest.approx(100 * (0.95 - 0.96))
+    f = results["full"]["paired"]
+    assert f["speedup_vs_full"] == 1.0 and f["iso_time_gain"] == pytest.approx(0.0) and f["final_acc_delta"] == 0.0
+    assert f["speedup_vs_frontier"] == pytest.approx(10 / 15)
+
+
+def _record(arm, seed, res, commit="abc"):
+    return {"task": "t", "backend": "eager", "arm": arm, "seed": seed, "versions": {"commit": commit}, "results": res}
+
+
+def test_summary_medians_ranges_and_reached_counts():
+    records = []
+    for seed, (arm_points, full_final) in enumerate([
+        ([(0, 0.1), (6, 0.97)], 0.97),   # reaches at 6 s; full at 10 s -> 10/6
+        ([(0, 0.1), (5, 0.96)], 0.97),   # never (0.96 < 0.965)
+        ([(0, 0.1), (4, 0.975)], 0.97),  # reaches at 4 s -> 10/4
+    ]):
+        results = {"full": run([(0, 0.1), (10, full_final)]), "arm": run(arm_points)}
+        for r in results.values():
+            r.update(backward_samples=100, forward_samples=100, kept_share=1.0)
+        report.annotate_seed(results, 0.5)
+        records += [_record(a, seed, r) for a, r in results.items()]
+    rows = {r["arm"]: r for r in report.summarize(records)}
+    arm = rows["arm"]
+    assert arm["seeds"] == 3 and arm["reached"] == 2 and arm["commit"] == "abc"
+    assert arm["speedup_vs_full"] == pytest.approx(statistics_median([10 / 6, 10 / 4]), abs=1e-3)
+    assert arm["speedup_vs_full_min"] == pytest.approx(10 / 6, abs=1e-3)
+    assert arm["speedup_vs_full_max"] == pytest.approx(2.5)
+    assert arm["final_acc"] == pytest.approx(97.0) and arm["final_acc_min"] == pytest.approx(96.0)
+    assert arm["final_acc_delta"] == pytest.approx(0.0) and arm["final_acc_delta_max"] == pytest.approx(0.5)
+    # the arm's wall (4-6 s) is below the frontier's only point (10 s): clamped, every seed
+    assert arm["iso_time_clamped"] == 3
+    assert rows["full"]["reached"] == 3 and rows["full"]["speedup_vs_full"] == 1.0
+    for key in ("task", "arm", "backend", "seeds", "reached", "speedup_vs_full", "speedup_vs_frontier", "iso_time_gain",
+                "final_acc", "final_acc_delta", "total_wall_s", "bwd_samples", "kept_share", "commit"):
+        assert key in arm
+    # a metric no seed defines is null, with its range
+    never = report.summarize([_record("arm", 0, {**records[3]["results"], "paired": {
+        **records[3]["results"]["paired"], "speedup_vs_full": None, "speedup_vs_frontier": None}, "time_to_target_s": None})])[0]
+    assert never["reached"] == 0 and never["speedup_vs_full"] is None and never["speedup_vs_full_min"] is None
+    table = report.format_tables(list(rows.values()))
+    assert "speedup vs frontier" in table and "2/3" in table
+
+
+def statistics_median(v):
+    import statistics
+
+    return statistics.median(v)
