@@ -41,6 +41,7 @@ setup(
         "neuron_sift.data_model",
         "neuron_sift.dataloader",
         "neuron_sift.engine",
+        "neuron_sift.epoch",
         "neuron_sift.integrations",
         "neuron_sift.loss",
         "neuron_sift.metrics",

@@ -10,6 +10,7 @@ from neuron_sift.data_model.default_batch import DefaultBatchTransform
 from neuron_sift.data_model.list_batch import ListBatch
 from neuron_sift.data_model.tensor_batch import TensorBatch
 from neuron_sift.dataloader.sift_dataloader import SiftingCounts, SiftingDataloader
+from neuron_sift.epoch.loader import EpochSiftingDataloader
 from neuron_sift.exceptions import (
     LossImplementationNotProvidedException,
     LossOutputException,
@@ -22,11 +23,14 @@ from neuron_sift.sift_config.sift_configs import (
     RelativeProbabilisticSiftConfig,
     SiftingBaseConfig,
 )
+from neuron_sift.sift_config.epoch_config import EpochSiftConfig
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DefaultBatchTransform",
+    "EpochSiftConfig",
+    "EpochSiftingDataloader",
     "ListBatch",
     "Loss",
     "LossConfig",
