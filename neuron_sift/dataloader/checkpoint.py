@@ -12,9 +12,11 @@ from typing import Any, List, Optional
 import torch
 
 from neuron_sift.data_model.data_model_interface import SiftingBatch
-from neuron_sift.data_model.default_batch import DefaultSiftingBatch, _Leaf
+from neuron_sift.data_model.default_batch import DefaultBatchTransform, DefaultSiftingBatch, _Leaf
 from neuron_sift.data_model.list_batch import ListBatch
 from neuron_sift.data_model.tensor_batch import TensorBatch
+from neuron_sift.dataloader.accumulator import BatchAccumulator
+from neuron_sift.engine.state import SiftState
 
 STATE_VERSION = 1
 
@@ -97,3 +99,73 @@ class PendingSamples:
         device = like.inputs.device if isinstance(like, TensorBatch) else torch.device("cpu")
         labels = s["labels"]
         return TensorBatch(s["inputs"].to(device), None if labels is None else labels.to(device))
+
+
+def loader_state(sl: Any) -> dict:
+    """``SiftingDataloader.state_dict()`` of the loader ``sl`` (see there)."""
+    if sl._restored is not None:
+        pending = sl._restored.state
+    elif sl._staging is not None and len(sl._staging):
+        pending = pending_to_state(sl._staging.pending_on_host())  # no new graph per pending count
+    else:
+        pending = pending_to_state(sl.pending_batch())
+    sift_state = to_cpu(sl.sifter.state.tensors())
+    counts = sl.counts.as_dict()
+    # The device counter also sees the batches whose selection was never read back
+    # (fixed mode on XLA), as in metrics().
+    counts["num_nonfinite_losses"] = int(sift_state["num_nonfinite"])
+    return {
+        "version": STATE_VERSION,
+        "selection_mode": sl.selection_mode,
+        "beta_value": sl.sift_config.beta_value,
+        "loss_history_length": sl.sift_config.loss_history_length,
+        "sift_state": sift_state,
+        "counts": counts,
+        "delay_progress": sl._delay_progress,
+        "epoch": sl._epoch,
+        "epoch_in_progress": sl._epoch_in_progress,
+        "source_batches_consumed": sl._consumed,
+        "batch_size": sl._batch_size,
+        "rank": sl.ranks.rank,
+        "world_size": sl.ranks.world_size,
+        "since_sync": sl._since_sync,
+        "budget_left": sl._budget_left,
+        "pending": pending,
+    }
+
+
+def restore_loader_state(sl: Any, state: dict) -> None:
+    """``SiftingDataloader.load_state_dict()`` into the loader ``sl`` (see there)."""
+    if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+        raise ValueError(f"not a SiftingDataloader state (version {STATE_VERSION} expected)")
+    if (state.get("rank", 0), state.get("world_size", 1)) != (sl.ranks.rank, sl.ranks.world_size):
+        raise ValueError(
+            f"checkpoint was taken on rank {state.get('rank')} of {state.get('world_size')}, this loader is rank "
+            f"{sl.ranks.rank} of {sl.ranks.world_size}: each rank must load its own state"
+        )
+    sl._since_sync = int(state.get("since_sync", 0))
+    sl._budget_left = int(state.get("budget_left", 0))
+    for key in ("selection_mode", "loss_history_length"):
+        mine = getattr(sl.sift_config, key)
+        if state[key] != mine:
+            raise ValueError(f"checkpoint has {key}={state[key]!r} but this loader's config has {mine!r}")
+    sl.sifter.state = SiftState(**{k: v.cpu() for k, v in state["sift_state"].items()})  # the sifter places it
+    sl.counts = type(sl.counts)(**state["counts"])
+    sl._delay_progress = int(state["delay_progress"])
+    sl._epoch = int(state["epoch"])
+    sl._batch_size = state["batch_size"]
+    if sl._batch_size is not None and isinstance(sl.batch_transforms, DefaultBatchTransform):
+        sl.batch_transforms.nominal_batch_size = sl._first_batch_size()
+    sl._epoch_in_progress = bool(state["epoch_in_progress"])
+    sl._consumed = int(state["source_batches_consumed"])
+    sl._resume_skip = sl._consumed if sl._epoch_in_progress else None
+    sl._accumulator = BatchAccumulator()
+    sl._staging = None
+    sl._restored = PendingSamples(state["pending"]) if state["pending"] is not None else None
+    sl._iteration_token += 1  # iterators started before loading are void
+    restored = sl._restored.size if sl._restored is not None else 0
+    if restored != sl.counts.num_samples_pending:
+        raise ValueError(
+            f"inconsistent checkpoint: {restored} pending samples saved, counts say "
+            f"{sl.counts.num_samples_pending}"
+        )

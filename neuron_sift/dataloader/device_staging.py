@@ -2,8 +2,9 @@
 
 On an XLA device a ``tensor[host_indices]`` of varying length is a new graph per length.
 Here every tensor field of the batch has a staging buffer of fixed capacity
-``B + m`` rows (m: rows offered per source batch, P in probabilistic mode, k in fixed
-mode). Each source batch writes its ``m`` candidate rows, kept ones first, at the current
+``L + m`` rows (m: rows offered per source batch, P in probabilistic mode, k in fixed
+mode; L: the most rows that may wait, the batch size, or the loader's bound on pending
+samples under data-parallel agreement). Each source batch writes its ``m`` candidate rows, kept ones first, at the current
 fill offset (a device scalar, so no new graph); rows past the kept count land in the
 unused tail and are overwritten later. When ``B`` rows are waiting, ``buffer[:B]`` is
 emitted and the buffer is rotated by ``B``. All shapes are static, and the host only
@@ -51,32 +52,49 @@ def has_host_leaves(batch: DefaultSiftingBatch) -> bool:
 
 
 class DeviceStaging:
-    """Fixed-capacity device buffers that turn kept rows into batches of exactly ``B``."""
+    """Fixed-capacity device buffers that turn kept rows into batches of exactly ``B``.
 
-    def __init__(self, batch_size: int, backend: Backend):
+    ``rows_per_add``: the rows each ``add`` writes (m). ``limit``: None when emission
+    drains the buffer below ``B`` before every ``add`` (one process, or fixed mode); else the
+    loader's bound on waiting samples, kept by dropping the newest kept rows past it. The
+    buffers hold ``B + m`` or ``limit + m`` rows, and ``add`` checks on the host that its
+    write fits before writing: an index past the buffer would not fail on an XLA device, it
+    would overwrite waiting samples and repeat others.
+    """
+
+    def __init__(self, batch_size: int, backend: Backend, rows_per_add: int, limit: Optional[int] = None):
         self.batch_size = batch_size
         self.backend = backend
+        self.rows_per_add = rows_per_add
+        if limit is not None and limit < batch_size:
+            raise ValueError(f"limit {limit} is below the batch size {batch_size}")
+        self.limit = limit
+        self._capacity = (batch_size if limit is None else limit) + rows_per_add
         self.fill = 0  # host mirror: decides emission without reading the device
         self._fill_t: Optional[torch.Tensor] = None  # device copy: the write offset
         self._spec: Any = None
         self._buffers: Optional[List[Any]] = None  # per leaf: device tensor, or a host _Leaf of waiting samples
         self._axes: List[int] = []
-        self._capacity = 0
         self._preloaded: Optional[DefaultSiftingBatch] = None
 
     def __len__(self) -> int:
         return self.fill + (len(self._preloaded) if self._preloaded is not None else 0)
 
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
     def preload(self, batch: DefaultSiftingBatch) -> None:
         """Samples restored from a checkpoint: staged first, when the buffers are created."""
         if self._buffers is not None:
             raise RuntimeError("preload() must come before the first add()")
+        if len(batch) > self._capacity:
+            raise ValueError(f"{len(batch)} restored pending samples, but at most {self._capacity} can wait")
         self._preloaded = batch
 
-    def _init(self, batch: DefaultSiftingBatch, m: int) -> None:
+    def _init(self, batch: DefaultSiftingBatch) -> None:
         self._spec = batch._spec
         self._fill_t = self.backend.upload([0], torch.int64)
-        self._capacity = self.batch_size + m
         self._buffers, self._axes = [], []
         for leaf in batch._leaves:
             self._axes.append(leaf.axis)
@@ -96,16 +114,20 @@ class DeviceStaging:
     ) -> None:
         """Stage the rows ``order[:count]`` of ``batch`` (``order`` has a static length m).
 
-        ``count`` is the host's view of the kept count, ``count_t`` the device's; they agree
+        ``count`` is the host's view of the kept count after the loader's bound (rows past
+        ``limit`` are dropped, newest first), ``count_t`` the device's before it; they agree
         except under graph extraction, where device values are meaningless anyway.
         """
         m = int(order.shape[0])
+        if m > self.rows_per_add:
+            raise RuntimeError(f"a batch offers {m} rows, the staging buffers were sized for {self.rows_per_add}")
         if self._buffers is None:
-            self._init(batch, m)
-            if self._preloaded is not None:
-                self._insert_preloaded()
-        if self.batch_size + m > self._capacity:
-            raise RuntimeError(f"staging capacity {self._capacity} exceeded by a batch offering {m} rows")
+            self._start(batch)
+        if self.fill + m > self._capacity or (self.limit is not None and self.fill + count > self.limit):
+            raise RuntimeError(
+                f"internal error: {self.fill} waiting rows plus {m} offered exceed the staging capacity "
+                f"{self._capacity} (limit {self.limit}, {count} kept)"
+            )
         if len(batch._leaves) != len(self._buffers):
             raise UnsupportedDataFormatException(
                 "cannot accumulate batches of different structure; every source batch must have the same fields"
@@ -116,7 +138,7 @@ class DeviceStaging:
             if isinstance(buf, _Leaf):
                 if host_indices is None:
                     raise RuntimeError("host fields need the kept indices on the host")
-                self._buffers[i] = _Leaf.concat([buf, leaf.select(host_indices)], path=f"leaf {i}")
+                self._buffers[i] = _Leaf.concat([buf, leaf.select(host_indices[:count])], path=f"leaf {i}")
                 continue
             rows = leaf.value.movedim(leaf.axis, 0)
             if tuple(rows.shape[1:]) != tuple(buf.shape[1:]) or rows.dtype != buf.dtype:
@@ -129,20 +151,30 @@ class DeviceStaging:
             self._buffers[i] = buf.index_copy(0, slots.to(buf.device), picked)
         self.fill += count
         self._fill_t = self._fill_t + count_t.to(torch.int64)
+        if self.limit is not None:  # the bound is a constant of the graph, the same every step
+            self._fill_t = torch.clamp(self._fill_t, max=self.limit)
 
-    def _insert_preloaded(self) -> None:
+    def _start(self, like: DefaultSiftingBatch) -> None:
+        """Create the buffers, with the restored samples (if any) first."""
         pre, self._preloaded = self._preloaded, None
+        if pre is None:
+            self._init(like)
+            return
+        # Built on the host and uploaded whole: a transfer, not a graph whose shape depends
+        # on how many samples were restored.
+        self._spec = pre._spec
         p = len(pre)
-        if p >= self.batch_size:
-            raise ValueError(f"{p} restored pending samples, but fewer than the batch size {self.batch_size} can wait")
-        slots = torch.arange(p, device=self.backend.device)
-        for i, leaf in enumerate(pre._leaves):
-            buf = self._buffers[i]
-            if isinstance(buf, _Leaf):
-                self._buffers[i] = leaf
+        self._buffers, self._axes = [], []
+        for leaf, current in zip(pre._leaves, like._leaves):
+            self._axes.append(leaf.axis)
+            if not is_device_leaf(current):
+                self._buffers.append(leaf)
                 continue
-            rows = leaf.value.movedim(leaf.axis, 0).to(buf.device, buf.dtype)
-            self._buffers[i] = buf.index_copy(0, slots, rows)
+            target = current.value.movedim(current.axis, 0)
+            rows = leaf.value.movedim(leaf.axis, 0).cpu().to(target.dtype)
+            host = torch.zeros((self._capacity,) + tuple(rows.shape[1:]), dtype=target.dtype)
+            host[:p] = rows
+            self._buffers.append(host.to(self.backend.device))
         self.fill = p
         self._fill_t = self.backend.upload([p], torch.int64)
 
@@ -151,6 +183,8 @@ class DeviceStaging:
         b = self.batch_size
         if self.fill < b:
             return None
+        if self._buffers is None:
+            raise RuntimeError("internal error: restored samples must be bound to a source batch before emission")
         leaves: List[_Leaf] = []
         for i, buf in enumerate(self._buffers):
             axis = self._axes[i]
@@ -164,8 +198,18 @@ class DeviceStaging:
         self._fill_t = self._fill_t - b
         return DefaultSiftingBatch(self._spec, leaves, b)
 
+    def bind(self, like: DefaultSiftingBatch) -> None:
+        """Create the buffers now (restored samples first), so that they can be emitted before
+        anything new is added."""
+        if self._buffers is None:
+            self._start(like)
+
     def pending_batch(self) -> Optional[DefaultSiftingBatch]:
-        """The waiting (not yet emitted) samples as a batch, for inspection and checkpoints."""
+        """The waiting (not yet emitted) samples as a batch on the device, for inspection.
+
+        Slicing to the fill is a new shape per fill on an XLA device; checkpoints use
+        ``pending_on_host`` instead.
+        """
         if self._preloaded is not None:
             return self._preloaded
         if self._buffers is None or self.fill == 0:
@@ -177,4 +221,20 @@ class DeviceStaging:
                 leaves.append(buf)
             else:
                 leaves.append(_Leaf(buf[: self.fill].movedim(0, axis), axis))
+        return DefaultSiftingBatch(self._spec, leaves, self.fill)
+
+    def pending_on_host(self) -> Optional[DefaultSiftingBatch]:
+        """The waiting samples on the CPU: whole buffers are read (a transfer of a shape that
+        never changes, so no compilation) and cut on the host."""
+        if self._preloaded is not None:
+            return self._preloaded
+        if self._buffers is None or self.fill == 0:
+            return None
+        leaves = []
+        for i, buf in enumerate(self._buffers):
+            axis = self._axes[i]
+            if isinstance(buf, _Leaf):
+                leaves.append(buf)
+            else:
+                leaves.append(_Leaf(buf.detach().cpu()[: self.fill].movedim(0, axis), axis))
         return DefaultSiftingBatch(self._spec, leaves, self.fill)

@@ -8,7 +8,9 @@ is emitted in the user's own format. The training loop does not change.
 Counting rules (see README): ``sift_delay`` counts source batches from the start of
 training, which during the delay are passed through unchanged and so are training steps
 too. Kept samples not yet emitted at the end of an epoch are carried into the next epoch
-and emitted first; nothing is dropped or repeated.
+and emitted first; nothing is repeated. Samples are dropped only under data-parallel
+agreement in probabilistic mode, when a rank keeps more than its peers and its pending
+samples would pass ``max_pending`` (counted, logged; see ``SiftingCounts``).
 """
 
 import logging
@@ -22,13 +24,14 @@ from neuron_sift.backends import resolve_backend
 from neuron_sift.data_model.data_model_interface import SiftingBatch
 from neuron_sift.data_model.default_batch import DefaultBatchTransform, DefaultSiftingBatch
 from neuron_sift.dataloader.accumulator import BatchAccumulator
+from neuron_sift.dataloader.notices import drop_notice, nonfinite_notice
+from neuron_sift.dataloader.planning import plan_epochs
 from neuron_sift.dataloader.scoring import check_losses, model_device, scoring_mode
 from neuron_sift.dataloader.source_loader import sampler_info, underlying_dataloader
-from neuron_sift.dataloader.checkpoint import STATE_VERSION, PendingSamples, pending_to_state, to_cpu
+from neuron_sift.dataloader.checkpoint import PendingSamples, loader_state, restore_loader_state
 from neuron_sift.dataloader.device_staging import DeviceStaging, batch_to_device, has_host_leaves, pad_batch
 from neuron_sift.distributed import RankGroup
 from neuron_sift.engine.sifter import Sifter
-from neuron_sift.engine.state import SiftState
 from neuron_sift.exceptions import UnsupportedDataFormatException, add_context
 from neuron_sift.loss.abstract_sift_loss_module import resolve_loss_fn
 from neuron_sift.sift_config.sift_configs import coerce_sift_config
@@ -38,7 +41,12 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class SiftingCounts:
-    """Host-side accounting. Invariants: seen == kept + sifted; kept == emitted + pending."""
+    """Host-side accounting. Invariants: seen == kept + sifted; kept == emitted + pending + dropped.
+
+    ``num_samples_dropped``: kept samples a data-parallel rank let go because its pending
+    samples reached ``max_pending`` while its peers kept fewer (always 0 in one process and
+    in fixed mode).
+    """
 
     num_orig_samples_seen: int = 0
     num_orig_samples_kept: int = 0
@@ -49,6 +57,7 @@ class SiftingCounts:
     num_source_batches: int = 0
     num_source_batches_delayed: int = 0
     num_nonfinite_losses: int = 0
+    num_samples_dropped: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -66,6 +75,8 @@ class SiftingDataloader:
     ``log_batch_contents`` (neuron_sift addition): also log each emitted batch's contents;
     ``log_batch_data`` alone logs losses and indices, never sample contents. The library
     writes nothing to disk or network: logs go to the ``logging`` handlers you configure.
+    ``max_pending`` (neuron_sift addition): under data-parallel agreement in probabilistic
+    mode, the most kept samples a rank holds back (default four batches); see README.
     """
 
     def __init__(
@@ -81,6 +92,7 @@ class SiftingDataloader:
         backend: Optional[str] = None,
         log_batch_contents: bool = False,
         distributed: Optional[bool] = None,
+        max_pending: Optional[int] = None,
     ):
         self.sift_config = coerce_sift_config(sift_config)
         if orig_dataloader is None or not hasattr(orig_dataloader, "__iter__"):
@@ -119,9 +131,14 @@ class SiftingDataloader:
         # every `_sync_every` scored source batches (about once per emitted batch) and at the
         # end of each epoch, with one all-reduce(MIN) of one int64.
         self._coordinated = self.ranks.active and self.sift_config.selection_mode == "probabilistic"
+        if max_pending is not None and (isinstance(max_pending, bool) or not isinstance(max_pending, int)):
+            raise TypeError(f"max_pending must be an int, got {type(max_pending).__name__}")
+        self._max_pending_arg = max_pending
+        self._budget_left = 0  # batches agreed at the last agreement point and not yet emitted
         self._sync_every = max(1, int(1.0 + self.sift_config.beta_value))
         self._since_sync = 0
         self.counts = SiftingCounts()
+        self._nonfinite_notice, self._drop_notice = nonfinite_notice(logger), drop_notice(logger)
         self._accumulator = BatchAccumulator()
         self._staging: Optional[DeviceStaging] = None
         self._delay_progress = 0
@@ -131,7 +148,8 @@ class SiftingDataloader:
         self._consumed = 0  # source batches of the current epoch fully counted
         self._resume_skip: Optional[int] = None  # set by load_state_dict() mid-epoch
         self._restored: Optional[PendingSamples] = None
-        self._epoch_planned: Optional[int] = None  # fixed mode: batches this epoch emits
+        self._epoch_planned: Optional[int] = None  # fixed mode: batches this epoch (or its resumed rest) emits
+        self._resume_like: Optional[Tuple[int, Any]] = None  # a skipped source batch, to bind restored samples
         self._emitted_in_epoch = 0
         self._epoch_source: Optional[Iterator[Any]] = None
         # Host seconds and calls per phase: transform, calculate_relevance_values (the
@@ -163,8 +181,21 @@ class SiftingDataloader:
     def epoch(self) -> int:
         return self._epoch
 
+    @property
+    def max_pending(self) -> Optional[int]:
+        """The most kept samples a rank holds back under data-parallel agreement (probabilistic
+        mode); None until the batch size is known."""
+        if self._max_pending_arg is not None:
+            if self._batch_size is not None and self._max_pending_arg < self._batch_size:
+                raise ValueError(f"max_pending={self._max_pending_arg} is below the batch size {self._batch_size}")
+            return self._max_pending_arg
+        return None if self._batch_size is None else 4 * self._batch_size
+
     def __len__(self) -> int:
         """Batches the next epoch emits: exact in ``fixed`` mode, an estimate in ``probabilistic``.
+
+        After ``load_state_dict()`` of a checkpoint taken mid-epoch, the batches the resumed
+        epoch still emits (its first iteration continues that epoch).
 
         The estimate is the expected count (kept share ``1 / (1 + beta)`` of the source
         samples after the delay, plus the samples already pending), so a learning-rate
@@ -176,7 +207,7 @@ class SiftingDataloader:
 
     def estimated_length(self) -> int:
         """Expected number of batches of the next epoch (exact in ``fixed`` mode)."""
-        return self.plan_epochs(1)[0][0]
+        return plan_epochs(self, 1, self._resume_skip or 0)[0][0]
 
     @property
     def length_is_exact(self) -> bool:
@@ -186,29 +217,44 @@ class SiftingDataloader:
     # -- iteration ---------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
-        self._iteration_token += 1
-        return self._iterate(self._iteration_token)
+        """Start the next epoch (or continue a resumed one).
 
-    def _iterate(self, token: int) -> Iterator[Any]:
+        The epoch starts here, not at the first ``next()``: a consumer that takes
+        ``len(loader)`` batches of a resumed epoch with nothing left (``len() == 0``) still
+        ends that epoch, and its next ``iter()`` starts the next one.
+        """
+        self._iteration_token += 1
         base = self.sift_config.base_config
+        resumed = self._resume_skip is not None
         skip = self._resume_skip or 0
         self._resume_skip = None
-        if skip == 0:
+        if not resumed:
             self._epoch += 1
             self._consumed = 0
             if base.repeat_delay_per_epoch:
                 self._delay_progress = 0
         self._epoch_in_progress = True
-        self._epoch_planned = self._exact_epoch_plan() if skip == 0 else None
+        # A resumed epoch plans what is left of it, so that the look-ahead of _before_yield
+        # scores the trailing source batches at the same point as the uninterrupted run.
+        self._epoch_planned = self._exact_epoch_plan(skip)
         self._emitted_in_epoch = 0
+        return self._iterate(self._iteration_token, skip)
+
+    def _iterate(self, token: int, skip: int) -> Iterator[Any]:
+        base = self.sift_config.base_config
         source_batches = self._source_batches()
         self._epoch_source = source_batches
+        self._resume_like = None
         try:
             for index, source in source_batches:
                 if index < skip:  # resuming mid-epoch: these were consumed before the checkpoint
+                    self._resume_like = (index, source)
                     continue
                 if token != self._iteration_token:
                     raise RuntimeError("SiftingDataloader: a new iteration was started; this iterator is no longer valid")
+                if self._restored is not None and self._resume_like is not None:
+                    yield from self._resume_emission(*self._resume_like)
+                self._resume_like = None
                 if self._delay_progress < base.sift_delay:
                     self._delay_progress += 1
                     n = self._count_delayed(source, index)
@@ -225,21 +271,48 @@ class SiftingDataloader:
                     continue
                 yield from self._sift_source_batch(source, index)
             if token == self._iteration_token:
+                if self._restored is not None and self._resume_like is not None:
+                    yield from self._resume_emission(*self._resume_like)  # every source batch was consumed
+                self._resume_like = None
                 if self._coordinated:  # last agreement of the epoch: every rank ends on the same count
                     yield from self._emit(self._staging is not None, time.perf_counter(), end_of_epoch=True)
                 self._epoch_in_progress = False
+                self._nonfinite_notice.flush()
+                self._drop_notice.flush()
         finally:  # do not hold the source iterator (and its DataLoader workers) past the epoch
             if self._epoch_source is source_batches:
                 self._epoch_source = None
 
-    def _exact_epoch_plan(self) -> Optional[int]:
-        """This epoch's exact batch count, when known in advance (fixed mode, sized source)."""
+    def _exact_epoch_plan(self, skip: int) -> Optional[int]:
+        """This epoch's exact batch count (what is left of it after ``skip`` consumed source
+        batches), when known in advance (fixed mode, sized source)."""
         if self.selection_mode != "fixed" or self._batch_size is None:
             return None
         try:
-            return self.plan_epochs(1)[0][0]
+            return plan_epochs(self, 1, skip)[0][0]
         except TypeError:
             return None
+
+    def _resume_emission(self, index: int, like: Any) -> Iterator[Any]:
+        """Restored samples go back in before anything is scored, and the batches the
+        checkpoint had ready (or agreed) are emitted first, as the uninterrupted run would
+        have emitted them before scoring its next source batch with the weights of then.
+
+        ``like``: a source batch consumed before the checkpoint, transformed only to give the
+        restored samples their container types again.
+        """
+        try:
+            transformed = self._timed("transform", self.batch_transforms.transform, like)
+        except Exception as exc:
+            add_context(exc, f"neuron_sift: while transforming source batch {index} of epoch {self._epoch} (resume)")
+            raise
+        if not isinstance(transformed, SiftingBatch) or len(transformed) == 0 or self._batch_size is None:
+            return
+        staged = self._uses_device_staging(transformed)
+        self._reinsert_restored(transformed, staged)
+        if staged:
+            self._staging.bind(transformed)
+        yield from self._emit(staged, time.perf_counter(), resumed=True)
 
     def _before_yield(self) -> None:
         """Before the epoch's last planned batch, score the source batches still left.
@@ -338,25 +411,25 @@ class SiftingDataloader:
         out = self._timed("should_sift", self.sifter.step, losses, n, b)
         if staged:
             n_kept, n_nonfinite, indices = self._timed("sift", self._staged_selection, scored, out, n)
-            self._timed("accumulate", self._staged_accumulate, scored, out, n_kept, indices)
+            n_held = self._holdable(n_kept)
+            self._timed("accumulate", self._staged_accumulate, scored, out, n_held, indices)
         else:
             indices, n_nonfinite = self._timed("sift", self.sifter.read_selection, out)
             n_kept = indices.shape[0]
+            n_held = self._holdable(n_kept)
             # The default batch takes the index tensor; a user's SiftingBatch gets Python ints.
-            picked = indices if isinstance(transformed, DefaultSiftingBatch) else indices.tolist()
+            picked = indices[:n_held] if isinstance(transformed, DefaultSiftingBatch) else indices[:n_held].tolist()
             self._timed("accumulate", self._accumulator.add, transformed.select(picked))
         c.num_orig_samples_seen += n
         c.num_orig_samples_kept += n_kept
         c.num_orig_samples_sifted += n - n_kept
-        c.num_samples_pending += n_kept
+        c.num_samples_pending += n_held
+        c.num_samples_dropped += n_kept - n_held
         self._consumed = index + 1
-        if n_nonfinite:
-            c.num_nonfinite_losses += n_nonfinite
-            logger.warning(
-                "%d non-finite loss value(s) in %s: kept for training (never recorded in the loss history)",
-                n_nonfinite,
-                where,
-            )
+        c.num_nonfinite_losses += n_nonfinite
+        self._nonfinite_notice.report(n_nonfinite, where)
+        if self._coordinated:
+            self._drop_notice.report(n_kept - n_held, where)
         if self.log_batch_data:  # costly: reads losses and the selection back to the host
             values = self.backend.to_host(losses.float())[:n]
             if indices is None:
@@ -367,6 +440,18 @@ class SiftingDataloader:
             logger.info("kept_indices: %s", kept.tolist())
         if emit:
             yield from self._emit(staged, start)
+
+    def _holdable(self, n_kept: int) -> int:
+        """How many of ``n_kept`` newly kept samples may wait (the first ones, in source order).
+
+        Under agreement a rank emits the minimum of the ranks' ready batches, so a rank that
+        keeps more than its peers (its data is harder) would hold back ever more samples.
+        Past ``max_pending`` its newest kept samples are dropped instead: counted, logged.
+        """
+        if not self._coordinated:
+            return n_kept
+        waiting = len(self._staging) if self._staging is not None else len(self._accumulator)
+        return max(0, min(n_kept, self.max_pending - waiting))
 
     def _emission_budget(self, end_of_epoch: bool) -> Optional[int]:
         """How many full batches may be emitted now; None: every ready one.
@@ -385,10 +470,18 @@ class SiftingDataloader:
         ready = (len(self._staging) if self._staging is not None else len(self._accumulator)) // self._batch_size
         return self.ranks.min_int(ready)
 
-    def _emit(self, staged: bool, start: float, end_of_epoch: bool = False) -> Iterator[Any]:
+    def _emit(self, staged: bool, start: float, end_of_epoch: bool = False, resumed: bool = False) -> Iterator[Any]:
+        """Emit the ready batches (uncoordinated) or the agreed ones (coordinated).
+
+        Coordinated, the agreed count is kept in ``_budget_left`` until every agreed batch
+        is out, so a checkpoint taken between two of them resumes with the rest; ``resumed``
+        emits that rest without a new agreement.
+        """
         if self._batch_size is None:
             return
-        budget = self._emission_budget(end_of_epoch)
+        if self._coordinated and not resumed:
+            self._budget_left = self._emission_budget(end_of_epoch)
+        budget = self._budget_left if self._coordinated else None
         c = self.counts
         while budget is None or budget > 0:
             batch = self._staged_pop() if staged else self._accumulator.pop(self._batch_size)
@@ -398,6 +491,7 @@ class SiftingDataloader:
                 return
             if budget is not None:
                 budget -= 1
+                self._budget_left = budget
             out_batch = self._timed("reverse_transform", self.batch_transforms.reverse_transform, batch)
             c.num_samples_emitted += len(batch)
             c.num_samples_pending -= len(batch)
@@ -418,7 +512,9 @@ class SiftingDataloader:
         if not (self.backend.gathers_on_device and isinstance(transformed, DefaultSiftingBatch)):
             return False
         if self._staging is None:
-            self._staging = DeviceStaging(self._batch_size, self.backend)
+            b = self._batch_size
+            m = self.sifter.fixed_keep_count(b) if self.selection_mode == "fixed" else b
+            self._staging = DeviceStaging(b, self.backend, m, self.max_pending if self._coordinated else None)
         return True
 
     def _staged_selection(self, scored: DefaultSiftingBatch, out, n: int):
@@ -478,61 +574,17 @@ class SiftingDataloader:
 
     # -- planning ------------------------------------------------------------------------
 
-    def _source_batch_sizes(self):
-        """Sizes of the source batches of one epoch, from the source loader's sampler."""
-        loader = self._planning_loader
-        try:
-            n_batches = len(loader)
-        except TypeError as exc:
-            raise TypeError("the source loader has no length, so the sifted length cannot be planned") from exc
-        b = self._batch_size
-        info = sampler_info(loader)
-        if b is None or info is None:
-            raise TypeError("the length can be planned only for a torch DataLoader with a batch size and a sized sampler")
-        _, n_samples, drop_last = info
-        if n_batches == 0:
-            return []
-        last = b if drop_last else n_samples - (n_batches - 1) * b
-        return [b] * (n_batches - 1) + [last]
-
     def plan_epochs(self, epochs: int = 1) -> Tuple[List[int], int]:
         """Batches each of the next ``epochs`` epochs emits, and the source samples they score.
 
         Exact in ``fixed`` mode; the expected counts in ``probabilistic`` mode (kept share
         ``1 / (1 + beta)`` of every scored sample). Accounts for ``sift_delay`` (and its
         repetition per epoch) and for kept samples carried from one epoch into the next.
-        Plans from the start of the next epoch. Raises ``TypeError`` when the source loader
-        has no length.
+        Plans from the start of the next epoch, or, after ``load_state_dict()`` of a
+        checkpoint taken mid-epoch, from where the resumed epoch continues. Raises
+        ``TypeError`` when the source loader has no length.
         """
-        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-            raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
-        sizes = self._source_batch_sizes()
-        b = self._batch_size
-        base = self.sift_config.base_config
-        expected = self.selection_mode != "fixed"
-        if not expected and sizes:
-            self.sifter.fixed_keep_count(b)  # raises if a full batch would keep nothing
-        share = 1.0 / (1.0 + self.sift_config.beta_value)
-        delay_progress = self._delay_progress
-        pending = float(self.num_pending)
-        plan: List[int] = []
-        scored = 0
-        for _ in range(epochs):
-            if base.repeat_delay_per_epoch:
-                delay_progress = 0
-            batches = 0
-            for n in sizes:
-                if delay_progress < base.sift_delay:
-                    delay_progress += 1
-                    batches += 1
-                    continue
-                scored += n
-                pending += n * share if expected else self.sift_config.fixed_keep_count(n)
-                full = int(pending // b)
-                batches += full
-                pending -= full * b
-            plan.append(batches)
-        return plan, scored
+        return plan_epochs(self, epochs, self._resume_skip or 0)
 
     # -- checkpoints -----------------------------------------------------------------------
 
@@ -546,32 +598,7 @@ class SiftingDataloader:
         (e.g. right after a training step); a run resumed from it, with the same source
         data order, emits exactly the batches the uninterrupted run would have emitted.
         """
-        if self._restored is not None:
-            pending = self._restored.state
-        else:
-            pending = pending_to_state(self.pending_batch())
-        sift_state = to_cpu(self.sifter.state.tensors())
-        counts = self.counts.as_dict()
-        # The device counter also sees the batches whose selection was never read back
-        # (fixed mode on XLA), as in metrics().
-        counts["num_nonfinite_losses"] = int(sift_state["num_nonfinite"])
-        return {
-            "version": STATE_VERSION,
-            "selection_mode": self.selection_mode,
-            "beta_value": self.sift_config.beta_value,
-            "loss_history_length": self.sift_config.loss_history_length,
-            "sift_state": sift_state,
-            "counts": counts,
-            "delay_progress": self._delay_progress,
-            "epoch": self._epoch,
-            "epoch_in_progress": self._epoch_in_progress,
-            "source_batches_consumed": self._consumed,
-            "batch_size": self._batch_size,
-            "rank": self.ranks.rank,
-            "world_size": self.ranks.world_size,
-            "since_sync": self._since_sync,
-            "pending": pending,
-        }
+        return loader_state(self)
 
     def load_state_dict(self, state: dict) -> None:
         """Restore a ``state_dict()``; the next iteration continues where it was taken.
@@ -581,45 +608,14 @@ class SiftingDataloader:
         same order again (e.g. a seeded sampler with ``set_epoch``). ``beta_value`` may
         differ from the checkpoint's; the selection mode and history length may not.
         """
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            raise ValueError(f"not a SiftingDataloader state (version {STATE_VERSION} expected)")
-        if (state.get("rank", 0), state.get("world_size", 1)) != (self.ranks.rank, self.ranks.world_size):
-            raise ValueError(
-                f"checkpoint was taken on rank {state.get('rank')} of {state.get('world_size')}, this loader is rank "
-                f"{self.ranks.rank} of {self.ranks.world_size}: each rank must load its own state"
-            )
-        self._since_sync = int(state.get("since_sync", 0))
-        for key in ("selection_mode", "loss_history_length"):
-            mine = getattr(self.sift_config, key)
-            if state[key] != mine:
-                raise ValueError(f"checkpoint has {key}={state[key]!r} but this loader's config has {mine!r}")
-        self.sifter.state = SiftState(**{k: v.cpu() for k, v in state["sift_state"].items()})  # the sifter places it
-        self.counts = SiftingCounts(**state["counts"])
-        self._delay_progress = int(state["delay_progress"])
-        self._epoch = int(state["epoch"])
-        self._batch_size = state["batch_size"]
-        if self._batch_size is not None and isinstance(self.batch_transforms, DefaultBatchTransform):
-            self.batch_transforms.nominal_batch_size = self._first_batch_size()
-        self._epoch_in_progress = bool(state["epoch_in_progress"])
-        self._consumed = int(state["source_batches_consumed"])
-        self._resume_skip = self._consumed if self._epoch_in_progress else None
-        self._accumulator = BatchAccumulator()
-        self._staging = None
-        self._restored = PendingSamples(state["pending"]) if state["pending"] is not None else None
-        self._iteration_token += 1  # iterators started before loading are void
-        restored = self._restored.size if self._restored is not None else 0
-        if restored != self.counts.num_samples_pending:
-            raise ValueError(
-                f"inconsistent checkpoint: {restored} pending samples saved, counts say "
-                f"{self.counts.num_samples_pending}"
-            )
+        restore_loader_state(self, state)
 
     def _reinsert_restored(self, transformed: SiftingBatch, staged: bool) -> None:
         """Put restored pending samples back, ahead of anything kept from now on."""
         batch = self._restored.bind(transformed)
         self._restored = None
         if staged:
-            self._staging.preload(batch_to_device(batch, self.backend.device))
+            self._staging.preload(batch)  # uploaded whole when the buffers are created
         else:
             self._accumulator.add(batch)
 

@@ -1,0 +1,72 @@
+"""How many batches the loader emits: planned from the source loader's sampler.
+
+A learning-rate schedule or a trainer sized from ``len(loader)`` needs the count before
+the epoch runs. In ``fixed`` mode every source batch keeps a known number of samples, so
+the count is exact; in ``probabilistic`` mode the expected kept share gives the expected
+count. Kept here, apart from the loader's iteration, because the plan is pure arithmetic
+on the loader's configuration and its carried-over state.
+"""
+
+from typing import Any, List, Optional, Tuple
+
+from neuron_sift.dataloader.source_loader import sampler_info
+
+
+def source_batch_sizes(loader: Any, batch_size: Optional[int]) -> List[int]:
+    """Sizes of the source batches of one epoch, from the source loader's sampler."""
+    try:
+        n_batches = len(loader)
+    except TypeError as exc:
+        raise TypeError("the source loader has no length, so the sifted length cannot be planned") from exc
+    info = sampler_info(loader)
+    if batch_size is None or info is None:
+        raise TypeError("the length can be planned only for a torch DataLoader with a batch size and a sized sampler")
+    _, n_samples, drop_last = info
+    if n_batches == 0:
+        return []
+    last = batch_size if drop_last else n_samples - (n_batches - 1) * batch_size
+    return [batch_size] * (n_batches - 1) + [last]
+
+
+def plan_epochs(sl: Any, epochs: int, resume_at: int = 0) -> Tuple[List[int], int]:
+    """Batches each of the next ``epochs`` epochs of the loader ``sl`` emits, and the source
+    samples they score.
+
+    ``resume_at``: the first planned epoch is a resumed one whose first ``resume_at``
+    source batches were consumed before the checkpoint; its count is then what is left of
+    it (the delay is not restarted, the checkpoint's pending samples count).
+    """
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
+    sizes = source_batch_sizes(sl._planning_loader, sl._batch_size)
+    b = sl._batch_size
+    config = sl.sift_config
+    base = config.base_config
+    expected = config.selection_mode != "fixed"
+    if not expected and sizes:
+        sl.sifter.fixed_keep_count(b)  # raises if a full batch would keep nothing
+    share = 1.0 / (1.0 + config.beta_value)
+    delay_progress = sl._delay_progress
+    pending = float(sl.num_pending)
+    plan: List[int] = []
+    scored = 0
+    for epoch in range(epochs):
+        skip = resume_at if epoch == 0 else 0
+        if base.repeat_delay_per_epoch and skip == 0:
+            delay_progress = 0
+        batches = 0
+        if skip:  # ready batches the checkpoint had not handed out yet are emitted first
+            batches += int(pending // b)
+            pending -= int(pending // b) * b
+        for n in sizes[skip:]:
+            if delay_progress < base.sift_delay:
+                delay_progress += 1
+                batches += 1
+                continue
+            scored += n
+            pending += n * share if expected else config.fixed_keep_count(n)
+            full = int(pending // b)
+            batches += full
+            pending -= full * b
+        plan.append(batches)
+    return plan, scored
