@@ -14,8 +14,10 @@ reused (for lists nested in a batch too), so a short last batch cannot flip it:
   loader's batch size is known, the dimension whose size equals it wins; if both or
   neither do, ``UnsupportedDataFormatException`` says so and ``batch_format_index``
   (0 = indexed by sample, 1 = indexed by feature) settles it;
-- a tensor (or NumPy array) is decided the same way from its dimensions 0 and 1; when the
-  batch size is unknown it holds samples along dimension 0 unless ``batch_format_index=1``.
+- a bare tensor (or NumPy array) holds samples along dimension 0, unless
+  ``batch_format_index=1``: what a DataLoader makes of a tensor dataset, square batches
+  (batch size equal to the feature count) included. The ambiguity exists only for lists
+  and tuples, whose elements may be samples or fields.
 """
 
 import numbers
@@ -429,17 +431,17 @@ class DefaultBatchTransform(SiftingBatchTransform):
     def _decide_top_format(self, batch: Any) -> int:
         if self._top_format is not None:
             return self._top_format
-        d0 = int(batch.shape[0]) if not isinstance(batch, (list, tuple)) else len(batch)
-        d1 = _dim1_size(batch)
         is_tensor = not isinstance(batch, (list, tuple))
+        if is_tensor:
+            self._top_format = SAMPLE_MAJOR
+            return SAMPLE_MAJOR
+        d0 = len(batch)
+        d1 = _dim1_size(batch)
         b = self.nominal_batch_size
         fmt: Optional[int] = None
         if b is not None:
             m0 = d0 == b
-            if is_tensor:
-                m1 = d1 == b
-            else:
-                m1 = len(batch) > 0 and all(_holds_samples(e, b) for e in batch)
+            m1 = len(batch) > 0 and all(_holds_samples(e, b) for e in batch)
             if m0 and m1:
                 raise UnsupportedDataFormatException(
                     "Both dimension 0 and dimension 1 match batch size "
@@ -452,9 +454,7 @@ class DefaultBatchTransform(SiftingBatchTransform):
                 fmt = FEATURE_MAJOR
         if fmt is None:
             # Batch size unknown, or this first batch is short (dataset smaller than one batch).
-            if is_tensor:
-                fmt = SAMPLE_MAJOR
-            elif d1 is not None and d1 == d0:
+            if d1 is not None and d1 == d0:
                 raise UnsupportedDataFormatException(
                     "Both dimension 0 and dimension 1 match batch size "
                     f"({d0}); pass batch_format_index=0 (indexed by sample) or 1 (indexed by feature) "

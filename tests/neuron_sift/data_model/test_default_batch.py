@@ -290,7 +290,6 @@ def test_unable_to_index_a_field_without_sample_dimension():
     "batch",
     [
         [torch.zeros(5, 3), torch.zeros(5)],  # 2 fields of 5 samples, batch size 4
-        torch.zeros(5, 6),
         [torch.zeros(6)] * 5,
     ],
 )
@@ -315,7 +314,6 @@ def _pairs(n):
     [
         (lambda: default_collate(_pairs(2)), 1),  # 2 fields of 2 samples
         (lambda: list(_pairs(2)), 0),  # 2 samples of 2 fields
-        (lambda: torch.arange(4.0).view(2, 2), 0),
     ],
 )
 def test_both_dimensions_match_and_batch_format_index_resolves_it(make, right_index):
@@ -327,12 +325,46 @@ def test_both_dimensions_match_and_batch_format_index_resolves_it(make, right_in
 
     t = DefaultBatchTransform(2, right_index)
     out = t.reverse_transform(t.transform(batch).select([1]))
-    if isinstance(batch, torch.Tensor):
-        assert_same(out, batch[[1]])
-    elif right_index == 1:
+    if right_index == 1:
         assert_same(out, default_collate(_pairs(2)[1:]))
     else:
         assert_same(out, list(_pairs(2)[1:]))
+
+
+@pytest.mark.parametrize("shape", [(B, B), (B, B, 3), (B + 1, B), (B - 1, B), (2, B)])
+def test_a_bare_tensor_is_split_along_dimension_0(shape):
+    """Square or not, and whatever its dimension 1 is: a DataLoader over a tensor dataset
+    stacks samples along dimension 0 (lists and tuples are the ambiguous ones)."""
+    batch = torch.arange(float(np.prod(shape))).view(shape)
+    for t in (DefaultBatchTransform(B), DefaultBatchTransform(None)):
+        sb = t.transform(batch)
+        assert len(sb) == shape[0]
+        assert_same(t.reverse_transform(sb.select([1, 0])), batch[[1, 0]])
+
+
+def test_square_tensor_batches_through_the_loader():
+    from torch.utils.data import DataLoader
+
+    from neuron_sift import RelativeProbabilisticSiftConfig, SiftingDataloader
+
+    class RowNorm:
+        def loss(self, model, transformed_batch, original_batch=None):
+            return original_batch.norm(dim=1)
+
+    data = torch.randn(10 * 16 + 3, 16)
+    loader = SiftingDataloader(
+        sift_config=RelativeProbabilisticSiftConfig(
+            beta_value=1.0, loss_history_length=32, loss_based_sift_config={"sift_config": {"sift_delay": 0}}, seed=0
+        ),
+        orig_dataloader=DataLoader(data, batch_size=16),
+        loss_impl=RowNorm(),
+        model=torch.nn.Linear(16, 1),
+    )
+    rows = torch.cat(list(loader))
+    assert rows.shape[1] == 16 and rows.shape[0] % 16 == 0
+    kept = {tuple(r.tolist()) for r in rows}
+    assert len(kept) == rows.shape[0] and kept <= {tuple(r.tolist()) for r in data}  # whole rows, each once
+    assert loader.counts.num_orig_samples_seen == data.shape[0]
 
 
 def test_batch_format_index_one_on_a_tensor_selects_columns():
