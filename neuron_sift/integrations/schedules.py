@@ -117,8 +117,15 @@ class ExactLengthLoader:
     ``set_epoch(pass_index)`` on the source loader (or its sampler) when it has one, so
     a shuffling sampler reshuffles per pass.
 
-    An epoch ends early only when a whole pass over the source data yields no sample at
-    all (an empty source loader).
+    An empty source loader gives ``len() == 0`` (and epochs that yield nothing); with an
+    explicit ``steps_per_epoch`` an epoch over an empty source raises ``RuntimeError``
+    instead of yielding fewer batches than ``len()``.
+
+    ``state_dict()`` / ``load_state_dict()`` hold the sifting loader's state, the passes
+    started, and where the current epoch and pass stand; resumed with the same source order
+    (the same ``set_epoch`` calls happen again), it yields exactly the batches of the
+    uninterrupted run. As with ``SiftingDataloader``, resume the epoch you were in: its
+    first iteration yields the rest of that epoch (``len()`` says how many).
     """
 
     length_is_exact = True
@@ -126,24 +133,42 @@ class ExactLengthLoader:
     def __init__(self, loader: Any, steps_per_epoch: Optional[int] = None, *, epochs: int = 1):
         self.sifting_dataloader = as_sifting_dataloader(loader)
         if steps_per_epoch is None:
-            steps_per_epoch = max(1, _round_half_up(planned_steps(self.sifting_dataloader, epochs) / epochs))
-        if isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, int) or steps_per_epoch < 1:
+            planned = planned_steps(self.sifting_dataloader, epochs)
+            empty = planned == 0 and len(underlying_dataloader(self.sifting_dataloader.orig_dataloader)) == 0
+            steps_per_epoch = 0 if empty else max(1, _round_half_up(planned / epochs))
+        elif isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, int) or steps_per_epoch < 1:
             raise ValueError(f"steps_per_epoch must be an int >= 1, got {steps_per_epoch!r}")
         self.steps_per_epoch = steps_per_epoch
         self.passes = 0  # passes over the source data started so far
         self._stream: Optional[Iterator[Any]] = None
         self._pass_seen_before = 0
         self._pass_emitted = 0
+        self._token = 0
+        self._epoch_yielded: Optional[int] = None  # batches of the open epoch so far; None: no epoch open
+        self._resume: Optional[dict] = None  # set by load_state_dict()
 
     def __len__(self) -> int:
+        """Batches of an epoch; after ``load_state_dict()`` mid-epoch, what is left of that epoch."""
+        if self._resume is not None and self._resume["epoch_yielded"] is not None:
+            return max(0, self.steps_per_epoch - self._resume["epoch_yielded"])
         return self.steps_per_epoch
 
     def __iter__(self) -> Iterator[Any]:
-        return self._epoch()
+        self._token += 1
+        start = 0
+        resume, self._resume = self._resume, None
+        if resume is not None:
+            start = resume["epoch_yielded"] or 0
+            if resume["in_pass"]:  # continue the interrupted pass: the sifting loader resumes it
+                _set_source_epoch(self.sifting_dataloader.orig_dataloader, self.passes - 1)
+                self._stream = iter(self.sifting_dataloader)
+        self._epoch_yielded = start
+        return self._epoch(self._token)
 
-    def _epoch(self) -> Iterator[Any]:
-        yielded = 0
-        while yielded < self.steps_per_epoch:
+    def _epoch(self, token: int) -> Iterator[Any]:
+        while self._epoch_yielded < self.steps_per_epoch:
+            if token != self._token:
+                raise RuntimeError("ExactLengthLoader: a new iteration was started; this iterator is no longer valid")
             if self._stream is None:
                 _set_source_epoch(self.sifting_dataloader.orig_dataloader, self.passes)
                 self.passes += 1
@@ -156,11 +181,55 @@ class ExactLengthLoader:
                 self._stream = None
                 seen = self.sifting_dataloader.counts.num_orig_samples_seen
                 if self._pass_emitted == 0 and seen == self._pass_seen_before:
-                    return  # the source loader is empty: nothing can ever be emitted
+                    raise RuntimeError(
+                        f"ExactLengthLoader: a whole pass over the source loader yielded no sample, so an epoch of "
+                        f"{self.steps_per_epoch} batches cannot be filled (is the source loader empty?)"
+                    )
                 continue
             self._pass_emitted += 1
-            yielded += 1
+            self._epoch_yielded += 1
             yield batch
+        if token == self._token:
+            self._epoch_yielded = None
+
+    # -- checkpoints ----------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """The sifting loader's state plus this view's position: passes started, whether a
+        pass is open, and how many batches of the open epoch were yielded."""
+        return {
+            "loader": self.sifting_dataloader.state_dict(),
+            "steps_per_epoch": self.steps_per_epoch,
+            "passes": self.passes,
+            "in_pass": self._stream is not None,
+            "pass_emitted": self._pass_emitted,
+            "pass_seen_before": self._pass_seen_before,
+            "epoch_yielded": self._epoch_yielded,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a ``state_dict()``; the next iteration continues where it was taken."""
+        keys = ("loader", "steps_per_epoch", "passes", "in_pass", "pass_emitted", "pass_seen_before", "epoch_yielded")
+        if not isinstance(state, dict) or any(k not in state for k in keys):
+            raise ValueError(f"not an ExactLengthLoader state (keys {keys} expected)")
+        if state["steps_per_epoch"] != self.steps_per_epoch:
+            raise ValueError(
+                f"checkpoint has steps_per_epoch={state['steps_per_epoch']} but this loader has {self.steps_per_epoch}"
+            )
+        if state["in_pass"] and not state["loader"]["epoch_in_progress"]:
+            raise ValueError("inconsistent checkpoint: a pass is open but the sifting loader's epoch is not")
+        self.sifting_dataloader.load_state_dict(state["loader"])
+        self.passes = int(state["passes"])
+        self._pass_emitted = int(state["pass_emitted"])
+        self._pass_seen_before = int(state["pass_seen_before"])
+        self._stream = None
+        self._epoch_yielded = None
+        self._token += 1
+        epoch_yielded = state["epoch_yielded"]
+        self._resume = {
+            "in_pass": bool(state["in_pass"]),
+            "epoch_yielded": None if epoch_yielded is None else int(epoch_yielded),
+        }
 
     # -- pass-through for trainers and metrics ---------------------------------------------
 

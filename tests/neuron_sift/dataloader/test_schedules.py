@@ -307,10 +307,15 @@ def test_exact_length_loader_continues_a_pass_the_consumer_abandoned():
     assert len(third) == 7 and loader.passes == 2
 
 
-def test_exact_length_loader_on_an_empty_source_ends_the_epoch():
-    sifting = oracle_loader(0, 8, config("fixed", 1.0))
-    loader = ExactLengthLoader(sifting, steps_per_epoch=3)
-    assert list(loader) == []
+@pytest.mark.parametrize("mode", ["probabilistic", "fixed"])
+def test_exact_length_loader_length_is_what_it_yields_on_an_empty_source(mode):
+    loader = ExactLengthLoader(oracle_loader(0, 8, config(mode, 1.0)), epochs=3)
+    assert len(loader) == 0
+    for _ in range(3):
+        assert list(loader) == []
+    explicit = ExactLengthLoader(oracle_loader(0, 8, config(mode, 1.0)), steps_per_epoch=3)
+    with pytest.raises(RuntimeError, match="yielded no sample"):
+        list(explicit)
 
 
 def test_exact_length_loader_validates():
