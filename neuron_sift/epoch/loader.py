@@ -156,16 +156,18 @@ class EpochSiftingDataloader:
     # -- iteration -----------------------------------------------------------------------
 
     def __iter__(self):
+        """Plans the epoch now (so ``len()`` and ``plan`` describe it as soon as ``iter()``
+        returns), or continues the epoch in progress after ``load_state_dict()``."""
         self._token += 1
-        return self._iterate(self._token)
-
-    def _iterate(self, token: int):
         if self._resume:
             self._resume = False
             start = self._position
         else:
             self._begin_epoch()
             start = 0
+        return self._iterate(self._token, start)
+
+    def _iterate(self, token: int, start: int):
         dropped = self.pairing.clear()
         if dropped:
             logger.warning(

@@ -1,0 +1,100 @@
+"""Arms of the epoch-level sifting mode (``EpochSiftingDataloader``), registered into the
+suite's registry (``arms.py`` imports every ``benchmarks/*_arms.py``).
+
+Every arm trains exactly as a user would: the task's ``DataLoader`` over the dataset (batch
+size as the task's, shuffled by a generator seeded with the run seed) handed to
+``EpochSiftingDataloader``, the per-sample cross-entropy of the training forward passed to
+``weighted_loss``, nothing else. No scoring forward. The learning-rate schedule decays to 0
+at the arm's own end: over ``loader.planned_steps()`` (exact) for budgeted arms, epoch by
+epoch (each epoch's exact length is known when ``iter()`` plans it) for the others, as the
+``infobatch`` arm does.
+
+The arms (``epoch`` is the default one, the best of the sweep on the main job; the others
+are the sweep of ``README.md``, "Epoch-level sifting"):
+
+* ``epoch``: percentile, the sweep's best setting (see ``BEST``);
+* ``epoch-pct-b{beta}-f{floor}``: percentile policy, beta and floor;
+* ``epoch-bm-r{ratio}``: below_mean (InfoBatch's rule), prune ratio;
+* ``epoch-pct-k{share}``, ``epoch-bm-k{share}``: the budget form, kept share per epoch;
+* ``epoch-pct-w{warm}-a{anneal}``: warm-up epochs and annealing fraction around percentile.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+from neuron_sift import EpochSiftConfig, EpochSiftingDataloader
+
+from arms import register
+
+# The best setting of the sweep on the main job (README, "Epoch-level sifting").
+BEST = dict(policy="percentile", kept_share=0.4, beta_value=1.0, min_keep_probability=0.05,
+            warmup_epochs=1, anneal_fraction=0.125)
+
+
+def train_epoch_sifted(ctx, config: dict) -> dict:
+    n = len(ctx.dataset)
+    source = DataLoader(ctx.dataset, batch_size=ctx.task.batch_size, shuffle=True,
+                        generator=torch.Generator().manual_seed(ctx.seed))
+    loader = EpochSiftingDataloader(EpochSiftConfig(seed=ctx.seed, **config), source, num_epochs=ctx.epochs)
+    budget = config.get("kept_share") is not None
+    sched = ctx.step_schedule(loader.planned_steps()) if budget else ctx.epoch_schedule(ctx.epochs)
+    kept_per_epoch = []
+    for epoch in range(ctx.epochs):
+        batches = iter(loader)  # plans the epoch
+        k = loader.plan.kept
+        kept_per_epoch.append(k)
+        if not budget:
+            sched.begin_epoch(len(loader))
+        done = 0
+        for x, y, ids in batches:
+            x, y = ctx.to_device(x, y)
+            per_sample = F.cross_entropy(ctx.model(x), y, reduction="none")
+            loss = loader.weighted_loss(per_sample)
+            ctx.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            ctx.optimizer.step()
+            sched.step()
+            done += int(ids.shape[0])
+            # skipped samples count as passed over in proportion, as in the infobatch arm
+            ctx.trained(ids, seen=epoch * n + (n * done) // max(k, 1))
+        ctx.end_epoch()
+    m = loader.metrics()
+    return {
+        "samples_kept": sum(kept_per_epoch),
+        "scoring_forward_samples": 0,
+        "kept_per_epoch": kept_per_epoch,
+        "epoch_config": {k: v for k, v in config.items()},
+        "planning_s": round(m["planning_seconds"], 4),
+        "weighted_loss_s": round(m["weighted_loss_seconds"], 4),
+        "excluded_by_guard": [h["excluded"] for h in m["epochs"]],
+        "num_nonfinite_losses": m["num_nonfinite_losses"],
+    }
+
+
+def epoch_arm(**config):
+    def arm(ctx):
+        return train_epoch_sifted(ctx, config)
+
+    arm.__doc__ = f"EpochSiftingDataloader with {config}"
+    return arm
+
+
+def _add(name: str, default: bool = False, **config):
+    register(name, epoch_arm(**config), default=default, description=f"epoch-level sifting {config}")
+
+
+_add("epoch", default=True, **BEST)
+for beta, floor in [(0.5, 0.05), (1.0, 0.05), (2.0, 0.05), (1.0, 0.2), (3.0, 0.1)]:
+    _add(f"epoch-pct-b{beta:g}-f{floor:g}", policy="percentile", beta_value=beta, min_keep_probability=floor)
+for ratio in (0.5, 0.7, 0.9):
+    _add(f"epoch-bm-r{ratio:g}", policy="below_mean", prune_ratio=ratio)
+for share in (0.3, 0.4, 0.5, 0.6):
+    _add(f"epoch-pct-k{share:g}", policy="percentile", kept_share=share)
+for share in (0.4, 0.6):
+    _add(f"epoch-bm-k{share:g}", policy="below_mean", kept_share=share)
+for warm, anneal in [(0, 0.125), (2, 0.125), (1, 0.0), (1, 0.25)]:
+    _add(f"epoch-pct-w{warm}-a{anneal:g}", policy="percentile", warmup_epochs=warm, anneal_fraction=anneal)
+for epochs_high, q in [(2, 0.8), (2, 0.9), (3, 0.8)]:
+    _add(f"epoch-guard-g{epochs_high}-q{q:g}", policy="percentile", noise_guard_epochs=epochs_high,
+         noise_guard_quantile=q)

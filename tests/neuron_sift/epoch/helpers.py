@@ -1,0 +1,67 @@
+"""Shared pieces of the epoch-level tests: an id-carrying dataset and an oracle loss."""
+
+import threading
+import queue
+
+import torch
+from torch.utils.data import Dataset
+
+
+class IdDataset(Dataset):
+    """Sample ``i`` is ``(x = [i, ...], y = i % 3)``; counts every ``__getitem__`` (main process)."""
+
+    def __init__(self, n: int, width: int = 2):
+        self.n = n
+        self.width = width
+        self.loaded = []
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        self.loaded.append(int(i))
+        x = torch.full((self.width,), float(i))
+        return x, torch.tensor(i % 3)
+
+
+def oracle(ids: torch.Tensor) -> torch.Tensor:
+    """A fixed, distinct-ish loss per sample id."""
+    return ((ids.double() * 7919) % 1009 / 1009.0 + 0.001).float()
+
+
+def oracle_loss(x: torch.Tensor) -> torch.Tensor:
+    return oracle(x[:, 0].round().long())
+
+
+def ids_of(x: torch.Tensor):
+    return x[:, 0].round().long().tolist()
+
+
+class Prefetcher:
+    """A prefetching wrapper like torch-xla's MpDeviceLoader: a thread pulls ``depth`` batches
+    ahead of the training loop."""
+
+    def __init__(self, loader, depth: int = 3):
+        self.loader = loader
+        self.depth = depth
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        q = queue.Queue(maxsize=self.depth)
+        done = object()
+
+        def pull():
+            for b in self.loader:
+                q.put(b)
+            q.put(done)
+
+        t = threading.Thread(target=pull, daemon=True)
+        t.start()
+        while True:
+            b = q.get()
+            if b is done:
+                break
+            yield b
+        t.join()
