@@ -4,9 +4,9 @@ On an XLA device a ``tensor[host_indices]`` of varying length is a new graph per
 Here every tensor field of the batch has a staging buffer of fixed capacity
 ``L + m`` rows (m: rows offered per source batch, P in probabilistic mode, k in fixed
 mode; L: the most rows that may wait, the batch size, or the loader's bound on pending
-samples under data-parallel agreement). Each source batch writes its ``m`` candidate rows, kept ones first, at the current
-fill offset (a device scalar, so no new graph); rows past the kept count land in the
-unused tail and are overwritten later. When ``B`` rows are waiting, ``buffer[:B]`` is
+samples under data-parallel agreement). Each source batch writes its ``m`` candidate
+rows, kept ones first, at the current fill offset (a device scalar, so no new graph);
+rows past the kept count land in the unused tail and are overwritten later. When ``B`` rows are waiting, ``buffer[:B]`` is
 emitted and the buffer is rotated by ``B``. All shapes are static, and the host only
 needs the kept count: known in fixed mode, one scalar read in probabilistic mode.
 
@@ -92,18 +92,6 @@ class DeviceStaging:
             raise ValueError(f"{len(batch)} restored pending samples, but at most {self._capacity} can wait")
         self._preloaded = batch
 
-    def _init(self, batch: DefaultSiftingBatch) -> None:
-        self._spec = batch._spec
-        self._fill_t = self.backend.upload([0], torch.int64)
-        self._buffers, self._axes = [], []
-        for leaf in batch._leaves:
-            self._axes.append(leaf.axis)
-            if is_device_leaf(leaf):
-                rows = leaf.value.movedim(leaf.axis, 0)
-                self._buffers.append(rows.new_zeros((self._capacity,) + tuple(rows.shape[1:])))
-            else:
-                self._buffers.append(leaf.select([]))
-
     def add(
         self,
         batch: DefaultSiftingBatch,
@@ -155,25 +143,26 @@ class DeviceStaging:
             self._fill_t = torch.clamp(self._fill_t, max=self.limit)
 
     def _start(self, like: DefaultSiftingBatch) -> None:
-        """Create the buffers, with the restored samples (if any) first."""
+        """Create the buffers, with the restored samples (if any) first.
+
+        Built on the host and uploaded whole, with or without restored samples: a transfer,
+        never a graph whose shape depends on how many samples were restored, and the first
+        ``add`` then traces the same graph after a resume as in a fresh run.
+        """
         pre, self._preloaded = self._preloaded, None
-        if pre is None:
-            self._init(like)
-            return
-        # Built on the host and uploaded whole: a transfer, not a graph whose shape depends
-        # on how many samples were restored.
-        self._spec = pre._spec
-        p = len(pre)
+        source = pre if pre is not None else like
+        p = len(pre) if pre is not None else 0
+        self._spec = source._spec
         self._buffers, self._axes = [], []
-        for leaf, current in zip(pre._leaves, like._leaves):
+        for leaf, current in zip(source._leaves, like._leaves):
             self._axes.append(leaf.axis)
             if not is_device_leaf(current):
-                self._buffers.append(leaf)
+                self._buffers.append(leaf if pre is not None else leaf.select([]))
                 continue
             target = current.value.movedim(current.axis, 0)
-            rows = leaf.value.movedim(leaf.axis, 0).cpu().to(target.dtype)
-            host = torch.zeros((self._capacity,) + tuple(rows.shape[1:]), dtype=target.dtype)
-            host[:p] = rows
+            host = torch.zeros((self._capacity,) + tuple(target.shape[1:]), dtype=target.dtype)
+            if p:
+                host[:p] = leaf.value.movedim(leaf.axis, 0).cpu().to(target.dtype)
             self._buffers.append(host.to(self.backend.device))
         self.fill = p
         self._fill_t = self.backend.upload([p], torch.int64)
@@ -238,3 +227,37 @@ class DeviceStaging:
             else:
                 leaves.append(_Leaf(buf.detach().cpu()[: self.fill].movedim(0, axis), axis))
         return DefaultSiftingBatch(self._spec, leaves, self.fill)
+
+
+def staged_selection(sl: Any, scored: DefaultSiftingBatch, out: Any, n: int):
+    """For the loader ``sl``: how many rows were kept (and which, when host fields need
+    it), for device staging.
+
+    Returns (kept, non-finite, host indices or None). Reads: none in fixed mode (the
+    kept count is known), one two-scalar read in probabilistic mode, plus the kept
+    indices when the batch has host (non-tensor) fields. Probabilistic mode syncs
+    before its read, so the read transfers results instead of re-running the scoring
+    graph. Under graph extraction nothing read back is trusted.
+    """
+    host_fields = has_host_leaves(scored)
+    extraction = sl.backend.extraction_only
+    indices = None
+    n_nonfinite = 0
+    if sl.selection_mode == "fixed":
+        n_kept = sl.sifter.rows_taken(n, len(scored))
+        if host_fields:
+            sl.backend.after_step()
+            indices, n_nonfinite = sl.sifter.read_selection(out)
+    else:
+        sl.backend.after_step()
+        if extraction:
+            n_kept = sl.sift_config.fixed_keep_count(n)
+        elif host_fields:
+            indices, n_nonfinite = sl.sifter.read_selection(out)
+            n_kept = indices.shape[0]
+        else:
+            n_kept, n_nonfinite = sl.sifter.read_counts(out)
+    if extraction:
+        indices = list(range(n_kept)) if host_fields else None
+        n_nonfinite = 0
+    return n_kept, n_nonfinite, indices

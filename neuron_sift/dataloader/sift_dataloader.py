@@ -13,6 +13,7 @@ agreement in probabilistic mode, when a rank keeps more than its peers and its p
 samples would pass ``max_pending`` (counted, logged; see ``SiftingCounts``).
 """
 
+import contextlib
 import logging
 import time
 from dataclasses import asdict, dataclass
@@ -29,7 +30,7 @@ from neuron_sift.dataloader.planning import plan_epochs
 from neuron_sift.dataloader.scoring import check_losses, model_device, scoring_mode
 from neuron_sift.dataloader.source_loader import sampler_info, underlying_dataloader
 from neuron_sift.dataloader.checkpoint import PendingSamples, loader_state, restore_loader_state
-from neuron_sift.dataloader.device_staging import DeviceStaging, batch_to_device, has_host_leaves, pad_batch
+from neuron_sift.dataloader.device_staging import DeviceStaging, batch_to_device, pad_batch, staged_selection
 from neuron_sift.distributed import RankGroup
 from neuron_sift.engine.sifter import Sifter
 from neuron_sift.exceptions import UnsupportedDataFormatException, add_context
@@ -410,9 +411,10 @@ class SiftingDataloader:
             raise
         out = self._timed("should_sift", self.sifter.step, losses, n, b)
         if staged:
-            n_kept, n_nonfinite, indices = self._timed("sift", self._staged_selection, scored, out, n)
+            n_kept, n_nonfinite, indices = self._timed("sift", staged_selection, self, scored, out, n)
             n_held = self._holdable(n_kept)
-            self._timed("accumulate", self._staged_accumulate, scored, out, n_held, indices)
+            with self._context(f"accumulating the kept samples of {where}"):
+                self._timed("accumulate", self._staged_accumulate, scored, out, n_held, indices)
         else:
             indices, n_nonfinite = self._timed("sift", self.sifter.read_selection, out)
             n_kept = indices.shape[0]
@@ -440,6 +442,15 @@ class SiftingDataloader:
             logger.info("kept_indices: %s", kept.tolist())
         if emit:
             yield from self._emit(staged, start)
+
+    @contextlib.contextmanager
+    def _context(self, what: str):
+        """Say which source batch an error of the library's own joining came from."""
+        try:
+            yield
+        except UnsupportedDataFormatException as exc:
+            add_context(exc, f"neuron_sift: while {what}")
+            raise
 
     def _holdable(self, n_kept: int) -> int:
         """How many of ``n_kept`` newly kept samples may wait (the first ones, in source order).
@@ -484,7 +495,9 @@ class SiftingDataloader:
         budget = self._budget_left if self._coordinated else None
         c = self.counts
         while budget is None or budget > 0:
-            batch = self._staged_pop() if staged else self._accumulator.pop(self._batch_size)
+            last = f"source batch {self._consumed - 1} of epoch {self._epoch}"
+            with self._context(f"joining the kept samples (the last ones from {last})"):
+                batch = self._staged_pop() if staged else self._accumulator.pop(self._batch_size)
             if batch is None:
                 if budget:
                     raise RuntimeError(f"internal error: {budget} agreed batches could not be cut")
@@ -516,38 +529,6 @@ class SiftingDataloader:
             m = self.sifter.fixed_keep_count(b) if self.selection_mode == "fixed" else b
             self._staging = DeviceStaging(b, self.backend, m, self.max_pending if self._coordinated else None)
         return True
-
-    def _staged_selection(self, scored: DefaultSiftingBatch, out, n: int):
-        """How many rows were kept (and which, when host fields need it), for device staging.
-
-        Returns (kept, non-finite, host indices or None). Reads: none in fixed mode (the
-        kept count is known), one two-scalar read in probabilistic mode, plus the kept
-        indices when the batch has host (non-tensor) fields. Probabilistic mode syncs
-        before its read, so the read transfers results instead of re-running the scoring
-        graph. Under graph extraction nothing read back is trusted.
-        """
-        host_fields = has_host_leaves(scored)
-        extraction = self.backend.extraction_only
-        indices = None
-        n_nonfinite = 0
-        if self.selection_mode == "fixed":
-            n_kept = self.sifter.rows_taken(n, len(scored))
-            if host_fields:
-                self.backend.after_step()
-                indices, n_nonfinite = self.sifter.read_selection(out)
-        else:
-            self.backend.after_step()
-            if extraction:
-                n_kept = self.sift_config.fixed_keep_count(n)
-            elif host_fields:
-                indices, n_nonfinite = self.sifter.read_selection(out)
-                n_kept = indices.shape[0]
-            else:
-                n_kept, n_nonfinite = self.sifter.read_counts(out)
-        if extraction:
-            indices = list(range(n_kept)) if host_fields else None
-            n_nonfinite = 0
-        return n_kept, n_nonfinite, indices
 
     def _staged_accumulate(self, scored: DefaultSiftingBatch, out, n_kept: int, indices) -> None:
         """Stage kept rows on the device, then cut the graph (asynchronously)."""

@@ -82,7 +82,8 @@ def train(run, start_epoch=0, checkpoints=None, stop_at_len=False):
 
 def save(run, epoch):
     loader, _, model, opt = run
-    return roundtrip({"loader": loader.state_dict(), "model": model.state_dict(), "opt": opt.state_dict(), "epoch": epoch})
+    state = {"loader": loader.state_dict(), "model": model.state_dict(), "opt": opt.state_dict()}
+    return roundtrip({**state, "epoch": epoch})
 
 
 def weights(model):

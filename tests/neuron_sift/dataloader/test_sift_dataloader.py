@@ -1,8 +1,6 @@
 """Behaviour of SiftingDataloader that users rely on: the rule, accounting, delay, length, errors."""
 
 import logging
-import math
-from collections import Counter
 
 import pytest
 import torch
@@ -50,7 +48,8 @@ def emitted_ids(loader, epochs=1):
 def check_invariants(loader):
     c = loader.counts
     assert c.num_orig_samples_seen == c.num_orig_samples_kept + c.num_orig_samples_sifted
-    assert c.num_orig_samples_kept == c.num_samples_emitted + c.num_samples_pending
+    assert c.num_orig_samples_kept == c.num_samples_emitted + c.num_samples_pending + c.num_samples_dropped
+    assert c.num_samples_dropped == 0  # only data-parallel agreement drops
     m = loader.metrics()
     delayed = c.num_orig_samples_seen - m["device_num_scored"]
     assert m["device_num_kept"] + delayed == c.num_orig_samples_kept
@@ -243,6 +242,22 @@ def test_nonfinite_losses_are_kept_and_never_recorded(mode, caplog):
     assert "non-finite loss" in caplog.text
 
 
+@pytest.mark.parametrize("mode", ["probabilistic", "fixed"])
+def test_nonfinite_warnings_are_rate_limited_with_exact_counts(mode, caplog):
+    """A diverged run: every source batch has non-finite losses. The first is logged in
+    full, then a summary per 100 source batches and one per epoch; the counts stay exact."""
+    losses = torch.rand(8 * 250)
+    losses[::8] = float("nan")  # one per source batch of 8
+    loader = make_loader(losses, batch_size=8, beta=1.0, mode=mode, history=64)
+    with caplog.at_level(logging.WARNING, logger="neuron_sift.dataloader.sift_dataloader"):
+        emitted_ids(loader, epochs=2)
+    lines = [r.getMessage() for r in caplog.records if "non-finite" in r.getMessage()]
+    assert loader.counts.num_nonfinite_losses == 500
+    assert len(lines) <= 1 + 500 // 100 + 2, lines
+    assert "further occurrences are summarised" in lines[0]
+    assert sum(int(line.split()[0]) for line in lines) == 500  # every occurrence in some line
+
+
 def test_same_seed_same_selection_and_different_seed_differs():
     losses = torch.rand(2000, generator=torch.Generator().manual_seed(5))
     a = emitted_ids(make_loader(losses, beta=1.0, seed=7))
@@ -346,10 +361,37 @@ def test_dict_batches_round_trip():
         loss_impl=DictLoss(),
         model=tiny_model(),
     )
+    ids = []
     for batch in loader:
         assert set(batch) == {"id", "x", "text", "loss"}
         assert batch["x"].shape == (10, 3)
         assert batch["text"] == [f"s{i}" for i in batch["id"].tolist()]
+        ids += batch["id"].tolist()
+    assert len(ids) >= 30 and len(set(ids)) == len(ids)
+    assert len(ids) == loader.counts.num_samples_emitted
+
+
+def test_dynamic_padding_error_names_the_source_batch():
+    """Per-batch padding (a collator padding to the longest sample of each batch) cannot be
+    joined across batches: the error says so and which source batch it came after."""
+
+    def pad_to_longest(samples):
+        longest = max(len(s) for s, _ in samples)
+        x = torch.zeros(len(samples), longest)
+        for i, (s, _) in enumerate(samples):
+            x[i, : len(s)] = s
+        return x, torch.stack([loss for _, loss in samples])
+
+    data = [(torch.ones(3 if i < 32 else 1 + i % 7), torch.rand(())) for i in range(64)]  # batches 4+: width 7
+    loader = SiftingDataloader(
+        sift_config=make_config(beta=0.5),
+        orig_dataloader=DataLoader(data, batch_size=8, collate_fn=pad_to_longest),
+        loss_impl=_ReturnsLoss(lambda b: b[1]),
+        model=tiny_model(),
+    )
+    with pytest.raises(Exception, match="pad every batch to the same shape") as info:
+        list(loader)
+    assert any("of epoch 1" in note and "source batch" in note for note in info.value.__notes__)
 
 
 class _ReturnsLoss:
@@ -437,11 +479,17 @@ def test_documented_info_log_lines(caplog):
         assert needle in text, needle
 
 
-def test_no_info_lines_without_log_level(caplog):
+def test_no_info_lines_without_log_level(caplog, monkeypatch):
+    """Without INFO, the per-batch lines are neither emitted nor even formatted."""
+    from neuron_sift.dataloader import sift_dataloader
+
+    calls = []
+    monkeypatch.setattr(sift_dataloader.logger, "info", lambda *args, **kw: calls.append(args))
     loader = make_loader(torch.rand(640), batch_size=64, beta=1.0)
     with caplog.at_level(logging.WARNING, logger="neuron_sift.dataloader.sift_dataloader"):
-        emitted_ids(loader)
+        assert emitted_ids(loader)
     assert "num_orig_samples_seen" not in caplog.text
+    assert calls == []
 
 
 @pytest.mark.parametrize("delay", [0, 5])
