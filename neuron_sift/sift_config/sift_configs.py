@@ -32,6 +32,20 @@ def _check_bool(owner: str, key: str, value: Any) -> None:
         _fail(owner, key, f"expected a bool, got {type(value).__name__} {value!r}")
 
 
+# Keys of a nested config given one level too high (a common slip): where they belong.
+_NESTED_KEYS = {
+    "RelativeProbabilisticSiftConfig": {
+        "sift_delay": "loss_based_sift_config.sift_config.sift_delay",
+        "repeat_delay_per_epoch": "loss_based_sift_config.sift_config.repeat_delay_per_epoch",
+        "sift_config": "loss_based_sift_config.sift_config",
+    },
+    "LossConfig": {
+        "sift_delay": "sift_config.sift_delay",
+        "repeat_delay_per_epoch": "sift_config.repeat_delay_per_epoch",
+    },
+}
+
+
 def _from_mapping(cls, owner_key: str, value: Mapping[str, Any]):
     """Build ``cls`` from a dict, naming unknown and missing keys."""
     if not isinstance(value, Mapping):
@@ -41,8 +55,11 @@ def _from_mapping(cls, owner_key: str, value: Mapping[str, Any]):
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(value) - names, key=repr)  # keys of mixed types cannot be compared
     if unknown:
+        where = _NESTED_KEYS.get(cls.__name__, {})
+        hints = [f"{k!r} belongs in {where[k]}" for k in unknown if k in where]
         raise SiftConfigValidationException(
             f"{owner_key}: unknown key(s) {unknown} for {cls.__name__}; expected keys {sorted(names)}"
+            + (f" ({'; '.join(hints)})" if hints else "")
         )
     required = [
         f.name

@@ -269,3 +269,20 @@ def test_fixed_keep_count_against_exact_arithmetic(beta):
     for b in range(1, 513):
         want = math.floor(Fraction(b) / (1 + exact_beta) + Fraction(1, 2))
         assert cfg.fixed_keep_count(b) == want, b
+
+
+@pytest.mark.parametrize(
+    "config,where",
+    [
+        ({"beta_value": 1, "loss_history_length": 8, "sift_delay": 3, "loss_based_sift_config": {"sift_config": {}}},
+         "loss_based_sift_config.sift_config.sift_delay"),
+        ({"beta_value": 1, "loss_history_length": 8,
+          "loss_based_sift_config": {"repeat_delay_per_epoch": True, "sift_config": {}}},
+         "sift_config.repeat_delay_per_epoch"),
+    ],
+)
+def test_a_nested_key_given_too_high_says_where_it_belongs(config, where):
+    from neuron_sift.sift_config.sift_configs import coerce_sift_config
+
+    with pytest.raises(SiftConfigValidationException, match="belongs in " + where.replace(".", r"\.")):
+        coerce_sift_config(config)
