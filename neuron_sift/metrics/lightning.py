@@ -122,7 +122,10 @@ class TrainingMetricsRecorder(Callback):
             return
         self._batches += 1
         every = self.log_every_n_steps or max(int(getattr(trainer, "log_every_n_steps", 50) or 50), 1)
-        if self._batches % every == 0:
+        # The epoch's last batch is recorded by on_train_epoch_end, at the same global step:
+        # recording it here too would log that step twice.
+        last = getattr(trainer, "num_training_batches", None)
+        if self._batches % every == 0 and not (isinstance(last, int) and batch_idx + 1 >= last):
             self.record(trainer)
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
