@@ -1,0 +1,126 @@
+"""Epoch-level sifting on torch-xla's CPU device: device-resident tables, no recompilation
+after the second epoch (short last batches included), one host read per sifted epoch, no
+aten fallbacks, exact resume. Counts from ``torch_xla.debug.metrics`` in a fresh process."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+torch_xla = pytest.importorskip("torch_xla", reason="torch-xla not installed (CI installs it: pip install -e .[xla])")
+
+from neuron_sift import EpochSiftingDataloader  # noqa: E402
+from tests.neuron_sift.epoch.helpers import IdDataset, ids_of, oracle, oracle_loss  # noqa: E402
+
+pytestmark = pytest.mark.xla
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+
+
+def probe(*args):
+    script = os.path.join(os.path.dirname(__file__), "xla_epoch_probe.py")
+    env = dict(os.environ, PJRT_DEVICE="CPU", PYTHONPATH=ROOT)
+    done = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def probes():
+    return {
+        "plain": probe("--source", "plain"),
+        "dataloader": probe("--source", "dataloader"),
+        "mp": probe("--source", "mp"),
+        "budget": probe("--budget", "0.37"),
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", ["dataloader", "mp", "budget"])
+def test_graph_count_is_flat_after_the_second_epoch(probes, run):
+    """1000 samples, batch 64: full epochs end with a short batch of 40; 5 epochs (warm-up,
+    3 sifted, 1 annealing); the budget run's sifted epochs end with a short batch of 50."""
+    r = probes[run]
+    compiles = [e["compiles"] for e in r["epochs"]]
+    assert [e["kind"] for e in r["epochs"]] == ["warmup", "sift", "sift", "sift", "anneal"]
+    assert compiles[2:] == [compiles[1]] * 3, compiles
+    assert r["fallbacks"] == []
+    assert r["table_device"].startswith("xla")
+    assert r["metrics"]["scores_recorded"] == 1000
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", ["dataloader", "mp", "budget"])
+def test_one_host_read_per_sifted_epoch_and_none_per_step(probes, run):
+    reads = [e["reads"] for e in probes[run]["epochs"]]
+    assert reads == [0, 1, 2, 3, 3], reads  # warm-up and annealing plan without scores
+
+
+@pytest.mark.slow
+def test_graphs_added_to_the_training_loop(probes):
+    """The scatter and gather join the training step's own graph; the per-epoch read of the
+    score table is one more graph (and the budget's short sifted batch one more)."""
+    plain = probes["plain"]["epochs"][-1]["compiles"]
+    assert probes["dataloader"]["epochs"][-1]["compiles"] - plain == 1
+    assert probes["budget"]["epochs"][-1]["compiles"] - plain == 2
+
+
+def xla_loader(cfg):
+    return EpochSiftingDataloader(cfg, DataLoader(IdDataset(150), batch_size=16, shuffle=True), num_epochs=4)
+
+
+def train(loader, epochs, stop=None):
+    device = torch_xla.device()
+    seen = []
+    for _ in range(epochs):
+        for x, y in loader:
+            seen.append(ids_of(x))
+            out = loader.weighted_loss(oracle_loss(x).to(device))
+            assert out.device.type == "xla"
+            torch_xla.sync()
+            if stop is not None and len(seen) == stop:
+                return seen
+    return seen
+
+
+def test_tables_live_on_the_device_and_scores_are_paired():
+    loader = xla_loader({"seed": 1})
+    seen = train(loader, 2)
+    assert loader.tables._dev_scores.device.type == "xla"
+    assert loader.backend.name == "xla"
+    scores = loader.tables.snapshot()
+    ids = torch.tensor(sorted({i for b in seen for i in b}))
+    assert torch.allclose(scores[ids], oracle(ids))
+
+
+def test_exact_resume_on_xla():
+    cfg = {"seed": 3, "kept_share": 0.5}
+    full = train(xla_loader(cfg), 4)
+    a = xla_loader(cfg)
+    first = train(a, 4, stop=15)
+    buf = io.BytesIO()
+    torch.save(a.state_dict(), buf)
+    buf.seek(0)
+    state = torch.load(buf, weights_only=True)
+    b = xla_loader(cfg)
+    b.load_state_dict(state)
+    device = torch_xla.device()
+    rest = []
+    for x, y in b:
+        rest.append(ids_of(x))
+        b.weighted_loss(oracle_loss(x).to(device))
+        torch_xla.sync()
+    more = train(b, 4 - b.epoch)
+    assert first + rest + more == full
+
+
+def test_the_backend_keyword():
+    loader = EpochSiftingDataloader({}, DataLoader(IdDataset(10), batch_size=5), backend="xla")
+    it = iter(loader)
+    x, y = next(it)
+    with pytest.raises(ValueError, match="backend='xla' needs"):
+        loader.weighted_loss(oracle_loss(x))
