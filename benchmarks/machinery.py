@@ -22,9 +22,11 @@ share that over the step timed just before; medians over the repeats are reporte
 
 Engines compared (``--engines``):
 - ``pairwise``: the torch step with the B x H comparison (``percentile_rank``): the first
-  implementation, the "before";
+  implementation;
 - ``torch``: the torch step as it runs on CUDA and XLA (``percentile_rank_auto``: the
-  sort-based kernel from B x H >= 65536);
+  sort-based kernel from B x H >= 65536); on XLA traced once (``backends/xla_pure.py``);
+- ``retrace``: on XLA only, the ``torch`` engine with the step traced anew for every
+  source batch (the XLA path before the step was traced once);
 - ``host``: the NumPy step the eager backend runs on the CPU (``engine/cpu_step.py``);
   eager only.
 
@@ -55,9 +57,15 @@ from neuron_sift.kernels.percentile import percentile_rank, percentile_rank_auto
 from neuron_sift.metrics.sifting_metrics import xla_compile_count  # noqa: E402
 from neuron_sift.sift_config.sift_configs import RelativeProbabilisticSiftConfig  # noqa: E402
 
-# engine -> (runs the NumPy host step, percentile kernel of the torch step)
-ENGINES = {"pairwise": (False, percentile_rank), "torch": (False, percentile_rank_auto), "host": (True, None)}
-RUN_ORDER = ("host", "torch", "pairwise")
+# engine -> (runs the NumPy host step, percentile kernel of the torch step, XLA: traced once)
+ENGINES = {
+    "pairwise": (False, percentile_rank, True),
+    "torch": (False, percentile_rank_auto, True),
+    "retrace": (False, percentile_rank_auto, False),
+    "host": (True, None, True),
+}
+RUN_ORDER = ("host", "torch", "retrace", "pairwise")
+XLA_ONLY, EAGER_ONLY = ("retrace",), ("host",)
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
 
@@ -115,9 +123,9 @@ class TrainStep:
 
 def machinery_seconds(b, h, mode, engine, device, wait, batches, repeats, train_step=None):
     """Per source batch: (wall-clock machinery, host-phase machinery, compiles in timed epochs,
-    training step seconds or None, machinery / step or None), medians over ``repeats``
-    interleaved repeats."""
-    host_step, kernel = ENGINES[engine]
+    training step seconds or None, machinery / step or None, (min, max) wall-clock machinery),
+    medians over ``repeats`` interleaved repeats."""
+    host_step, kernel, trace_once = ENGINES[engine]
     if kernel is not None:
         step_module.percentile_rank_auto = kernel
     try:
@@ -139,6 +147,8 @@ def machinery_seconds(b, h, mode, engine, device, wait, batches, repeats, train_
         user_loss = ColumnLoss()
         loader = SiftingDataloader(sift_config=config, orig_dataloader=source(), loss_impl=user_loss, model=model)
         loader.sifter = Sifter(config, loader.backend, loader.ranks, host_step=host_step)
+        if not trace_once:
+            loader.backend.trace_once = False
         for _ in loader:  # warm-up epoch: compiles every graph on XLA
             pass
         wait()
@@ -169,7 +179,7 @@ def machinery_seconds(b, h, mode, engine, device, wait, batches, repeats, train_
         wall = statistics.median(diffs)
         step = statistics.median(step_times) if step_times else None
         share = statistics.median(d / t for d, t in zip(diffs, step_times)) if step_times else None
-        return max(wall, 0.0), host / (repeats * batches), new_compiles, step, share
+        return max(wall, 0.0), host / (repeats * batches), new_compiles, step, share, (min(diffs), max(diffs))
     finally:
         step_module.percentile_rank_auto = percentile_rank_auto
 
@@ -186,8 +196,9 @@ def parse_args(argv=None):
     p.add_argument("--backends", default="eager,xla", help="comma-separated subset of eager,xla (default both)")
     p.add_argument(
         "--engines",
-        default="pairwise,torch,host",
-        help="comma-separated subset of pairwise,torch,host (default all; host runs on eager only)",
+        default="pairwise,torch,retrace,host",
+        help="comma-separated subset of pairwise,torch,retrace,host (default all; host runs on eager only, "
+        "retrace on xla only)",
     )
     p.add_argument("--mode", choices=("probabilistic", "fixed"), default="probabilistic", help="selection mode (default probabilistic)")
     p.add_argument("--batches", type=int, default=32, help="source batches per timed epoch (default 32)")
@@ -213,7 +224,7 @@ def parse_args(argv=None):
         p.error("--backends: eager and/or xla")
     args.engines = [s.strip() for s in args.engines.split(",") if s.strip()]
     if not args.engines or any(k not in ENGINES for k in args.engines):
-        p.error("--engines: a subset of pairwise, torch, host")
+        p.error("--engines: a subset of pairwise, torch, retrace, host")
     if args.batches < 2 or args.repeats < 1:
         p.error("--batches must be >= 2 and --repeats >= 1")
     return args
@@ -234,19 +245,21 @@ def main(argv=None) -> int:
         device, wait = setups[backend]
         # Cheapest first: the pairwise kernel's B x H temporaries (up to ~100 MB) leave the
         # allocator in a state that slows whatever runs after it in the same process.
-        engines = [e for e in RUN_ORDER if e in args.engines and (backend == "eager" or not ENGINES[e][0])]
+        skip = EAGER_ONLY if backend == "xla" else XLA_ONLY
+        engines = [e for e in RUN_ORDER if e in args.engines and e not in skip]
         for b in args.batch_sizes:
             train_step = TrainStep(b, device, wait)
             for h in args.histories:
                 row = {"backend": backend, "batch_size": b, "history": h}
                 steps = []
                 for engine in engines:
-                    wall, host, new_compiles, step, share = machinery_seconds(
+                    wall, host, new_compiles, step, share, spread = machinery_seconds(
                         b, h, args.mode, engine, device, wait, args.batches, args.repeats, train_step
                     )
                     steps.append(step)
                     gc.collect()
                     row[f"{engine}_ms"] = round(1e3 * wall, 3)
+                    row[f"{engine}_ms_range"] = [round(1e3 * v, 3) for v in spread]
                     row[f"{engine}_host_ms"] = round(1e3 * host, 3)
                     row[f"{engine}_step_ms"] = round(1e3 * step, 3)
                     row[f"{engine}_share"] = round(max(share, 0.0), 4)

@@ -1,12 +1,13 @@
 """The backend interface the engine and loader rely on."""
 
 import abc
+from typing import Callable, Hashable, Tuple
 
 import torch
 
 
 class Backend(abc.ABC):
-    """Device placement, host reads and step boundaries for one device."""
+    """Device placement, host reads, how the selection step runs, and step boundaries for one device."""
 
     name: str = "base"
 
@@ -22,6 +23,22 @@ class Backend(abc.ABC):
         the graph would compile anew.
         """
         return torch.tensor(list(values), dtype=dtype, device=self.device)
+
+    def run_step(
+        self, key: Hashable, fn: Callable[..., Tuple[torch.Tensor, ...]], inputs: Tuple[torch.Tensor, ...]
+    ) -> Tuple[torch.Tensor, ...]:
+        """``fn(*inputs)``: the engine's step, a pure function of tensors (``engine.step.flat_step``).
+
+        ``key`` names everything static about ``fn`` (mode, k, ...); with the input shapes
+        it identifies one graph, for backends that build the step's graph once and reuse it.
+        The default runs the step op by op.
+        """
+        return fn(*inputs)
+
+    @property
+    def compiles_step(self) -> bool:
+        """Whether ``run_step`` runs the torch step as a compiled graph (then it runs on the CPU too)."""
+        return False
 
     @abc.abstractmethod
     def to_host(self, tensor: torch.Tensor) -> torch.Tensor:

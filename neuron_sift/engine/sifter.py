@@ -1,6 +1,6 @@
 """The engine object: owns the device state and turns per-sample losses into selections."""
 
-from typing import Dict, Optional, Tuple, Union
+from typing import Callable, Dict, Optional, Tuple, Union
 
 import torch
 
@@ -8,7 +8,7 @@ from neuron_sift.backends.base import Backend
 from neuron_sift.distributed import RankGroup
 from neuron_sift.engine.state import SiftState
 from neuron_sift.engine.cpu_step import HostSiftState, HostStepOutput, sift_step_cpu
-from neuron_sift.engine.step import StepConstants, StepOutput, sift_step
+from neuron_sift.engine.step import StepConstants, StepOutput, flat_inputs, flat_step, from_flat, sift_step
 from neuron_sift.exceptions import SiftConfigValidationException
 from neuron_sift.sift_config.sift_configs import RelativeProbabilisticSiftConfig
 
@@ -40,15 +40,17 @@ class Sifter:
             # Ranks usually share one seed; their draws must still be independent.
             seed = int(seed) * 1_000_003 + 7919 * (ranks.rank + 1)
         # On the CPU the step runs on the host (C kernels or NumPy; bit-identical results,
-        # see cpu_step.py); elsewhere the torch step runs on the device. ``host_step=False``
-        # runs the torch step on the CPU too (benchmarks/machinery.py compares the two).
+        # see cpu_step.py), unless the backend compiles the torch step; elsewhere the torch
+        # step runs on the device. ``host_step=False`` runs the torch step on the CPU too
+        # (benchmarks/machinery.py compares the two).
         on_cpu = backend.device.type == "cpu"
         if host_step and not on_cpu:
             raise ValueError(f"host_step=True needs a CPU device, not {backend.device}")
-        self._on_host = on_cpu if host_step is None else bool(host_step)
+        self._on_host = (on_cpu and not backend.compiles_step) if host_step is None else bool(host_step)
         self._device_state: Optional[SiftState] = None
         self._host_state: Optional[HostSiftState] = None
         self._consts: Dict[int, StepConstants] = {}  # per padded batch size (device step)
+        self._step_fns: Dict[Tuple[str, int, bool], Callable] = {}  # flat_step per (mode, k, global)
         self._seed = int(seed) % _MAX_SEED
         # Made on the CPU; the setter places it (reading the seed there needs no device read).
         self.state = SiftState.create(config.loss_history_length, self._seed, torch.device("cpu"))
@@ -118,18 +120,16 @@ class Sifter:
             consts = self._consts[rows] = StepConstants.create(
                 rows, self.config.loss_history_length, k, self._seed, self.backend.device
             )
-        self._device_state, out = sift_step(
-            self._device_state,
-            losses,
-            per_batch[0],
-            self._beta,
-            self.mode,
-            k,
-            per_batch[1],
-            shared_losses,
-            shared_valid,
-            consts,
+        # The backend runs the step: op by op, as one graph built once (torch-xla), or
+        # compiled (torch.compile); the same function of the same tensors either way.
+        key = (self.mode, k, shared_losses is not None)
+        fn = self._step_fns.get(key)
+        if fn is None:
+            fn = self._step_fns[key] = flat_step(*key, step_fn=sift_step)
+        inputs = flat_inputs(
+            self._device_state, losses.to(torch.float32), per_batch, self._beta, consts, shared_losses, shared_valid
         )
+        self._device_state, out = from_flat(self.backend.run_step(key, fn, inputs))
         return out
 
     def read_selection(self, out: Union[StepOutput, HostStepOutput]) -> Tuple[torch.Tensor, int]:

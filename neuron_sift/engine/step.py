@@ -8,7 +8,7 @@ device scalars, so a short batch runs the same graph.
 """
 
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 
@@ -124,3 +124,55 @@ def sift_step(
         num_nonfinite=state.num_nonfinite + num_nonfinite,
     )
     return new_state, out
+
+
+# -- the step as a function of a flat tuple of tensors -------------------------------------
+# Backends that build the step's graph once (torch-xla's assume_pure, torch.compile) need a
+# function whose every input is a tensor argument: nothing captured that changes between
+# calls, so the graph built on the first call stays right for every later one.
+
+_N_STATE = 8  # SiftState's fields, in order
+_N_CONSTS = 5  # StepConstants' fields, in order
+
+
+def flat_step(mode: str, k: int, shared: bool, step_fn: Optional[Callable] = None) -> Callable[..., Tuple[torch.Tensor, ...]]:
+    """``sift_step`` (or ``step_fn``, with its signature) for one (mode, k, global history
+    or not) as ``f(*flat_inputs(...))``, returning the new state's tensors then ``order``,
+    ``count``, ``num_nonfinite``."""
+    run = sift_step if step_fn is None else step_fn
+
+    def step(*tensors: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        state = SiftState(*tensors[:_N_STATE])
+        losses, per_batch, beta = tensors[_N_STATE : _N_STATE + 3]
+        consts = StepConstants(*tensors[_N_STATE + 3 : _N_STATE + 3 + _N_CONSTS])
+        shared_losses, shared_valid = tensors[_N_STATE + 3 + _N_CONSTS :] if shared else (None, None)
+        s, out = run(
+            state, losses, per_batch[0], beta, mode, k, per_batch[1], shared_losses, shared_valid, consts
+        )
+        return (s.history, s.pos, s.fill, s.seed, s.draws, s.num_scored, s.num_kept, s.num_nonfinite,
+                out.order, out.count, out.num_nonfinite)
+
+    step.__name__ = f"sift_step_{mode}"
+    return step
+
+
+def flat_inputs(
+    state: SiftState,
+    losses: torch.Tensor,
+    per_batch: torch.Tensor,
+    beta: torch.Tensor,
+    consts: StepConstants,
+    shared_losses: Optional[torch.Tensor] = None,
+    shared_valid: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, ...]:
+    """The inputs of ``flat_step``: ``per_batch`` is the ``[2]`` vector (valid rows, rows to take)."""
+    s, c = state, consts
+    tensors = (s.history, s.pos, s.fill, s.seed, s.draws, s.num_scored, s.num_kept, s.num_nonfinite,
+               losses, per_batch, beta, c.rows, c.row_hash, c.seed_mix, c.slots, c.picks)
+    return tensors if shared_losses is None else tensors + (shared_losses, shared_valid)
+
+
+def from_flat(outputs: Tuple[torch.Tensor, ...]) -> Tuple[SiftState, StepOutput]:
+    """``flat_step``'s outputs as the new state and the step's output."""
+    order, count, num_nonfinite = outputs[_N_STATE:]
+    return SiftState(*outputs[:_N_STATE]), StepOutput(order=order, count=count, num_nonfinite=num_nonfinite)

@@ -1,0 +1,90 @@
+"""The selection step traced once on torch-xla: one lazy-graph node per source batch.
+
+Why: torch-xla traces every op of a lazy graph anew on each call, and the step is about
+80 ops, so per source batch the host spent more time tracing the step than the device
+spent running it. torch-xla 2.9 ships ``torch_xla.experimental.assume_pure.assume_pure_torch``
+(the JAX-free form of ``assume_pure``; ``assume_pure`` itself needs JAX): it traces a
+function once on placeholder tensors, lowers it to an XLA computation, and each later
+call inserts that computation as one node of the surrounding lazy graph, where it fuses
+with the rest. The graph the device runs is the same computation, so results are the
+same bit for bit.
+
+What the 2.9 implementation implies, and how the engine meets it (read in its source):
+- its cache is keyed by the function's ``__name__`` alone, global to the process, and
+  trusts the caller to keep shapes fixed: here every (mode, k, global history, input
+  shapes and dtypes) gets its own function with a process-unique name;
+- tensors created inside the function become constants captured at trace time (it
+  "hoists" them), so everything that changes between calls must be an input: the state,
+  the losses, the per-batch vector, beta, the seed's hash key. The step's randomness is
+  the counter hash of ``kernels/random.py`` on the (seed key, draws) inputs; no torch RNG
+  op runs inside (those would be frozen at their trace-time seed);
+- it asserts that autograd is off when the function is wrapped; the step runs under
+  ``torch.no_grad()``;
+- it is forward only: the step needs no gradients;
+- an output used directly as the index of ``index_select`` crashes 2.9 (see ``run``).
+
+Where the function is missing (torch-xla before 2.7, or a build without it) the step is
+traced per call, as before, and one log line says so.
+"""
+
+import itertools
+import logging
+from typing import Callable, Dict, Hashable, Optional, Tuple
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+_names = itertools.count()
+_warned = False
+
+
+def assume_pure_torch() -> Optional[Callable]:
+    """torch-xla's ``assume_pure_torch``, or None (logged once) where this torch-xla lacks it."""
+    global _warned
+    try:
+        from torch_xla.experimental.assume_pure import assume_pure_torch as fn
+    except ImportError as exc:
+        if not _warned:
+            _warned = True
+            logger.warning(
+                "neuron_sift: torch_xla.experimental.assume_pure.assume_pure_torch is not available (%s); the "
+                "selection step is traced anew for every source batch (slower on the host, same results)",
+                exc,
+            )
+        return None
+    return fn
+
+
+class PureStepCache:
+    """One traced-once computation per (key, input shapes and dtypes)."""
+
+    def __init__(self) -> None:
+        self._pure: Dict[Hashable, Callable] = {}
+        self.traced = 0  # computations built (tests check it stays flat)
+
+    def run(self, key: Hashable, fn: Callable, inputs: Tuple[torch.Tensor, ...]) -> Optional[Tuple[torch.Tensor, ...]]:
+        """``fn(*inputs)`` through the traced computation; None where assume_pure_torch is missing."""
+        signature = (key, tuple((tuple(t.shape), t.dtype) for t in inputs))
+        pure = self._pure.get(signature)
+        if pure is None:
+            wrap = assume_pure_torch()
+            if wrap is None:
+                return None
+
+            def step(*tensors: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+                return fn(*tensors)
+
+            # Its cache is keyed by this name: unique in the process, one per signature.
+            step.__name__ = f"neuron_sift_{getattr(fn, '__name__', 'step')}_{next(_names)}"
+            with torch.no_grad():
+                pure = wrap(step, use_cache=True)
+            self._pure[signature] = pure
+            self.traced += 1
+        with torch.no_grad():
+            outputs = pure(*inputs)
+            # torch-xla 2.9 aborts the process (xla/shape.h "Check failed: buffer != nullptr")
+            # when index_select takes its index straight from a user computation's output;
+            # one elementwise op in between avoids it. Index-like outputs (integer, not
+            # 0-dim: the step's ``order``) get one, as any consumer may gather with them.
+            return tuple(t + 0 if t.dim() > 0 and not t.dtype.is_floating_point else t for t in outputs)
