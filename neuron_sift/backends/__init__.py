@@ -1,24 +1,35 @@
 """Device backends: where the sifting math runs and how results reach the host.
 
-``eager`` runs plain PyTorch on CPU or CUDA. ``xla`` runs on torch-xla devices
-(Trainium through torch-neuronx, or torch-xla's CPU backend); torch_xla is imported only
-when that backend is chosen. The backend follows the model's device unless named.
+``eager`` runs the torch step on any device PyTorch itself drives: CPU (there the step
+runs on the host, C kernels), CUDA, and every other device type that is not ``xla``
+(``neuron`` from TorchNeuron, ``xpu``, ``mps``, a PrivateUse1 device); ``compiled`` is
+``eager`` with the step as one ``torch.compile(fullgraph=True, dynamic=False)`` graph.
+``xla`` runs on torch-xla devices (Trainium through torch-neuronx 2.9, or torch-xla's CPU
+backend); torch_xla is imported only when that backend is chosen. The backend follows
+the model's device unless named; a ``Backend`` instance may be passed instead of a name
+(for example ``EagerBackend(device, compile_step=True, compile_backend=...)``).
 """
 
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 
 from neuron_sift.backends.base import Backend
 from neuron_sift.backends.eager import EagerBackend
 
-BACKEND_NAMES = ("eager", "xla")
+BACKEND_NAMES = ("eager", "compiled", "xla")
 
 
-def resolve_backend(device: torch.device, name: Optional[str] = None) -> Backend:
-    """The backend for ``device``: ``xla`` for XLA devices, else ``eager``; or the one named."""
+def resolve_backend(device: torch.device, name: Union[str, Backend, None] = None) -> Backend:
+    """The backend for ``device``: ``xla`` for XLA devices, else ``eager``; or the one named or given."""
+    if isinstance(name, Backend):
+        if name.device.type != device.type or (
+            name.device.index is not None and device.index is not None and name.device.index != device.index
+        ):
+            raise ValueError(f"the backend given runs on {name.device}, but the model is on {device}")
+        return name
     if name is not None and name not in BACKEND_NAMES:
-        raise ValueError(f"backend must be one of {BACKEND_NAMES} or None, got {name!r}")
+        raise ValueError(f"backend must be one of {BACKEND_NAMES}, a neuron_sift Backend, or None, got {name!r}")
     if name is None:
         name = "xla" if device.type == "xla" else "eager"
     if name == "xla":
@@ -28,8 +39,8 @@ def resolve_backend(device: torch.device, name: Optional[str] = None) -> Backend
 
         return XlaBackend(device)
     if device.type == "xla":
-        raise ValueError("backend='eager' cannot run on an XLA device; use backend='xla' or None")
-    return EagerBackend(device)
+        raise ValueError(f"backend={name!r} cannot run on an XLA device; use backend='xla' or None")
+    return EagerBackend(device, compile_step=name == "compiled")
 
 
 __all__ = ["BACKEND_NAMES", "Backend", "EagerBackend", "resolve_backend"]
