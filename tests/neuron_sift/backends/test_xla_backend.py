@@ -165,17 +165,24 @@ def ids_of(loader, epochs=2):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_padding_is_never_kept_or_recorded(mode):
+    """The short last batch (4 of 32) is padded by repeating its last sample (id 99), whose
+    loss is the largest: recorded or kept as padding, it would show many times over."""
     losses = torch.rand(100, generator=torch.Generator().manual_seed(4))  # 100 % 32 = 4
+    losses[99] = 5.0
     loader = xla_oracle_loader(losses, mode, beta=0.25)
     batches = ids_of(loader, epochs=3)
     m = loader.metrics()
     assert m["device_num_scored"] == 300  # padding rows never counted
     assert m["history_fill"] == 64
     assert m["device_num_kept"] == loader.counts.num_orig_samples_kept
-    flat = [i for b in batches for i in b]
+    flat = [i for b in batches for i in b] + loader.pending_batch().to_user()[0].cpu().tolist()
     assert all(0 <= i < 100 for i in flat)
-    # The history holds only real losses.
+    # At most once per epoch, never as padding; probabilistic mode keeps the top loss surely.
+    assert flat.count(99) == 3 if mode == "probabilistic" else 1 <= flat.count(99) <= 3
+    assert len(flat) == loader.counts.num_orig_samples_kept
+    # The history holds the last 64 real losses, each as often as it was scored: id 99 once.
     hist = loader.sifter.state.history.cpu()
+    assert int((hist == 5.0).sum()) == 1
     assert all(bool((losses == v).any()) for v in hist)
 
 
@@ -284,8 +291,11 @@ def test_string_fields_need_host_indices_but_work(mode):
         loss_impl=DictLoss(),
         model=torch.nn.Linear(1, 1).to(device),
     )
+    emitted = []
     for batch in loader:
         assert batch["text"] == [f"t{i}" for i in batch["id"].cpu().tolist()]
+        emitted += batch["id"].cpu().tolist()
+    assert len(emitted) >= 32 and len(set(emitted)) == len(emitted) == loader.counts.num_samples_emitted
 
 
 def test_nonfinite_losses_on_xla_are_kept_and_not_recorded():
@@ -335,3 +345,99 @@ def test_resume_across_backends(mode, save_on, load_on):
         resumed.load_state_dict(state)
         rest, _ = run(resumed, sampler2, start_epoch=epoch)
         assert first + rest == full, (stop, save_on, load_on)
+
+
+def checkpoint_compiles(mode):
+    """Compilations added by ``state_dict()`` at every step and by resuming, after warm-up.
+
+    Epoch 1 warms up without checkpoints; epochs 2-3 call ``state_dict()`` after every
+    batch (the pending count takes many values); then fresh loaders resume from several of
+    those checkpoints (different pending counts) and finish their epoch. Run in a fresh
+    process: compilations are cached process-wide, so other tests would hide new graphs.
+    """
+    import torch_xla.debug.metrics as met
+
+    def compiles():
+        data = met.metric_data("CompileTime")
+        return data[0] if data else 0
+
+    data = classification_data(1000)  # batch 64: a short last batch of 40
+
+    def build():
+        torch.manual_seed(0)
+        loader, _, _ = sifted(mode, data, batch_size=64)
+        return loader
+
+    loader = build()
+    for _ in loader:
+        pass
+    warm = compiles()
+    states = []
+    for _ in range(2):
+        for _ in loader:
+            states.append(loader.state_dict())
+    after_saving = compiles()
+    pending = sorted({s["counts"]["num_samples_pending"] for s in states})
+    by_pending = {s["counts"]["num_samples_pending"]: s for s in states}
+    for state in list(by_pending.values())[:4]:
+        resumed = build()
+        resumed.load_state_dict(state)
+        for _ in resumed:
+            pass
+    return {
+        "saving": after_saving - warm,
+        "resuming": compiles() - after_saving,
+        "pending_counts": pending,
+        "checkpoints": len(states),
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+def test_checkpoints_and_resume_add_no_compilation(mode):
+    code = (
+        "import json; from tests.neuron_sift.backends.test_xla_backend import checkpoint_compiles; "
+        f"print(json.dumps(checkpoint_compiles({mode!r})))"
+    )
+    env = dict(os.environ, PJRT_DEVICE="CPU")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(out["pending_counts"]) >= 4, out  # a graph per pending count would show
+    assert out["saving"] == 0, out
+    # Resuming from checkpoints of different pending counts: no graph per count. The one
+    # graph left is the first step after the sifting state is uploaded (the engine's
+    # scalars are 0-dim device data, which torch-xla deduplicates by value).
+    assert out["resuming"] <= 1, out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+def test_sorted_percentile_path_inside_the_loader(mode, monkeypatch):
+    """B x H above the XLA threshold: the loader's step ranks with the sort-based (merge)
+    percentile on the device, and selects exactly what the eager loader selects."""
+    from neuron_sift.kernels import percentile
+
+    b, h = 64, (percentile.SORTED_PERCENTILE_MIN_CELLS_XLA // 64) + 1
+    calls = []
+    real = percentile.percentile_rank_sorted
+
+    def spy(losses, history, *args, **kw):
+        calls.append(history.device.type)
+        return real(losses, history, *args, **kw)
+
+    monkeypatch.setattr(percentile, "percentile_rank_sorted", spy)
+    losses = torch.rand(640, generator=torch.Generator().manual_seed(8))
+
+    def loader(device):
+        return SiftingDataloader(
+            sift_config=config(mode, history=h, seed=2),
+            orig_dataloader=loss_table_loader(losses, b),
+            loss_impl=OracleLoss(),
+            model=torch.nn.Linear(1, 1).to(device),
+        )
+
+    on_xla = ids_of(loader(torch_xla.device()))
+    assert "xla" in calls
+    assert on_xla and on_xla == ids_of(loader(torch.device("cpu")))

@@ -87,8 +87,8 @@ def build(backend, mode, dataset, loss, batch_size=16):
 def consistent(loader):
     c = loader.counts
     assert c.num_orig_samples_seen == c.num_orig_samples_kept + c.num_orig_samples_sifted
-    assert c.num_orig_samples_kept == c.num_samples_emitted + c.num_samples_pending
-    assert loader.num_pending == c.num_samples_pending
+    assert c.num_orig_samples_kept == c.num_samples_emitted + c.num_samples_pending + c.num_samples_dropped
+    assert c.num_samples_dropped == 0 and loader.num_pending == c.num_samples_pending
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -223,22 +223,34 @@ def test_worker_exception_keeps_its_type():
 
 
 def test_nothing_is_written_to_disk(tmp_path, monkeypatch, caplog):
-    """With every logging option on, the library opens no file."""
+    """With every logging option on, the library opens no file and no socket, by any route:
+    ``open``, ``io.open`` (which pathlib uses), ``os.open``, temporary files, sockets."""
     import builtins
+    import io
     import logging
+    import os
+    import socket
+    import tempfile
 
     monkeypatch.chdir(tmp_path)
     loader, _ = build("cpu", "probabilistic", Faulty(), ScriptedLoss())
     loader.log_batch_data = True
-    real_open = builtins.open
+    opened = []
 
-    def no_open(*a, **k):
-        raise AssertionError(f"neuron_sift opened a file: {a}")
+    def refuse(name):
+        def no(*a, **k):
+            opened.append((name, a))
+            raise AssertionError(f"neuron_sift called {name}{a}")
+
+        return no
 
     with caplog.at_level(logging.INFO, logger="neuron_sift"):
-        monkeypatch.setattr(builtins, "open", no_open)
-        list(loader)
-        monkeypatch.setattr(builtins, "open", real_open)
+        with monkeypatch.context() as m:
+            for owner, name in [(builtins, "open"), (io, "open"), (os, "open"), (os, "mkdir"), (os, "makedirs"),
+                                (tempfile, "mkstemp"), (tempfile, "NamedTemporaryFile"), (socket, "socket")]:
+                m.setattr(owner, name, refuse(f"{owner.__name__}.{name}"))
+            emitted = list(loader)
+    assert emitted and opened == []
     assert list(tmp_path.iterdir()) == []
     text = caplog.text
     assert "relevance_values: [" in text and "kept_indices: [" in text

@@ -79,9 +79,12 @@ def ids_of(batch, top):
 class TableLoss:
     def __init__(self, values, top):
         self.values, self.top = torch.tensor(values, dtype=torch.float64), top
+        self.scored = []  # ids of every scored source batch
 
     def loss(self, model, transformed_batch, original_batch=None):
-        return self.values[torch.as_tensor(ids_of(original_batch, self.top))].float()
+        ids = ids_of(original_batch, self.top)
+        self.scored.append(ids)
+        return self.values[torch.as_tensor(ids)].float()
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -145,9 +148,19 @@ def test_sifting_invariants(data, n, batch_size, beta, history, delay, repeat, m
     counts = Counter(kept)
     assert all(v <= epochs for v in counts.values())
     assert torch.isfinite(loader.sifter.state.history).all()
-    nonfinite = [i for i, v in enumerate(losses) if not math.isfinite(v)]
+    nonfinite = {i for i, v in enumerate(losses) if not math.isfinite(v)}
     if mode == "probabilistic":
         assert all(counts[i] == epochs for i in nonfinite)  # never silently dropped
+    else:
+        # Fixed mode keeps exactly k per batch, non-finite rows first: every one of them
+        # while a batch has at most k, then k of them.
+        expected = sum(
+            min(sum(i in nonfinite for i in ids), loader.sifter.rows_taken(len(ids), batch_size))
+            for ids in loader.loss_impl.scored
+        )
+        scored = sum(sum(i in nonfinite for i in ids) for ids in loader.loss_impl.scored)
+        passed_through = epochs * len(nonfinite) - scored  # sift_delay batches
+        assert sum(counts[i] for i in nonfinite) == expected + passed_through
     m = loader.metrics()
     assert m["device_num_kept"] + (c.num_orig_samples_seen - m["device_num_scored"]) == c.num_orig_samples_kept
 

@@ -129,8 +129,17 @@ def planned_per_epoch(trainer, cfg, passes):
     return max(1, math.floor(planned_steps(probe, passes) / passes + 0.5))
 
 
+def counted_per_epoch(trainer, cfg, passes):
+    """Batches a sifted loader over the Trainer's own source really emits in `passes` passes,
+    per pass: counted by iterating it, not planned (run before training: same weights)."""
+    source = TrainerSource(trainer._neuron_sift_originals["get_train_dataloader"]())
+    probe = SiftingDataloader(sift_config=cfg, orig_dataloader=source, loss_impl=SiftBertLoss(), model=trainer.model)
+    return sum(1 for _ in range(passes) for _ in probe) / passes
+
+
 def observe(trainer, loss, cfg=None, passes=None):
     before = [p.detach().clone().cpu() for p in trainer.model.parameters()]
+    counted = counted_per_epoch(trainer, cfg, passes) if cfg is not None else None
     out = trainer.train()
     sifting = trainer.sifting_dataloader
     c = sifting.counts
@@ -160,6 +169,8 @@ def observe(trainer, loss, cfg=None, passes=None):
     }
     if cfg is not None:
         result["planned_per_epoch"] = planned_per_epoch(trainer, cfg, passes)
+        result["counted_per_epoch"] = counted
+        result["exact"] = sifting.length_is_exact
     return result
 
 
@@ -264,7 +275,10 @@ def xla_scenarios(out):
     result = observe(trainer, loss, cfg, passes=1)
     from neuron_sift.metrics import collect_metrics
 
+    import torch_xla.debug.metrics as met
+
     result["compile_count"] = collect_metrics(trainer).compile_count
+    result["compile_time_samples"] = met.metric_data("CompileTime")[0]  # the same count, read directly
     return {"xla_fixed": result}
 
 
