@@ -124,6 +124,8 @@ class SiftingMetrics:
             "num_samples_pending": self.num_samples_pending,
             "num_batches_emitted": self.num_batches_emitted,
             "num_nonfinite_losses": self.num_nonfinite_losses,
+            # Kept samples a data-parallel rank dropped at its max_pending bound (0 otherwise).
+            "num_samples_dropped": self.counts.get("num_samples_dropped", 0),
             "kept_share": self.kept_share,
             "history_fill": self.history_fill,
         }

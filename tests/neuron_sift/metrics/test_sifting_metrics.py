@@ -220,3 +220,14 @@ def test_readme_metrics_and_tensorboard_example(tmp_path, monkeypatch, caplog):
     assert any(re.fullmatch(r"kept_share: [\d.]+", line) for line in logged)
     assert any(re.fullmatch(r"loss_history_q50: \S+", line) for line in logged)
     assert list(Path("runs/sifting").glob("events.out.tfevents.*"))
+
+
+def test_dropped_samples_reach_the_scalars():
+    """A data-parallel rank's drops (simulated lagging peer) are a logged scalar."""
+    from neuron_sift.metrics import collect_metrics
+    from tests.neuron_sift.dataloader.test_backlog import check_lagging_peer
+
+    loader = check_lagging_peer("cpu", epochs=2)
+    dropped = loader.counts.num_samples_dropped
+    assert dropped > 0
+    assert collect_metrics(loader).scalars("sifting/")["sifting/num_samples_dropped"] == dropped
