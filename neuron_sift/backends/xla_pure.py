@@ -11,8 +11,9 @@ same bit for bit.
 
 What the 2.9 implementation implies, and how the engine meets it (read in its source):
 - its cache is keyed by the function's ``__name__`` alone, global to the process, and
-  trusts the caller to keep shapes fixed: here every (mode, k, global history, input
-  shapes and dtypes) gets its own function with a process-unique name;
+  trusts the caller to keep shapes fixed: here every (mode, k, global history, step
+  functions, input shapes and dtypes) gets its own function with a process-unique name,
+  shared by every loader of the process (so a second loader adds no graph);
 - tensors created inside the function become constants captured at trace time (it
   "hoists" them), so everything that changes between calls must be an input: the state,
   the losses, the per-batch vector, beta, the seed's hash key. The step's randomness is
@@ -29,7 +30,7 @@ traced per call, as before, and one log line says so.
 
 import itertools
 import logging
-from typing import Callable, Dict, Hashable, Optional, Tuple
+from typing import Callable, Dict, Hashable, Optional, Set, Tuple
 
 import torch
 
@@ -56,17 +57,31 @@ def assume_pure_torch() -> Optional[Callable]:
     return fn
 
 
+# Process-wide: (key, input shapes and dtypes) -> the traced-once function. Shared by
+# every loader in the process: a new computation (a new name) per loader would make every
+# graph that contains the step new to torch-xla's graph cache, and compile again.
+_PURE: Dict[Hashable, Callable] = {}
+
+
+def built() -> int:
+    """Traced-once computations built in this process (tests check it stays flat)."""
+    return len(_PURE)
+
+
 class PureStepCache:
-    """One traced-once computation per (key, input shapes and dtypes)."""
+    """The traced-once computation for each (key, input shapes and dtypes) a backend runs.
+
+    ``key`` must name everything the traced function depends on besides its inputs (the
+    engine passes mode, k, global history, and the step and percentile functions).
+    """
 
     def __init__(self) -> None:
-        self._pure: Dict[Hashable, Callable] = {}
-        self.traced = 0  # computations built (tests check it stays flat)
+        self.signatures: Set[Hashable] = set()  # the signatures this backend ran
 
     def run(self, key: Hashable, fn: Callable, inputs: Tuple[torch.Tensor, ...]) -> Optional[Tuple[torch.Tensor, ...]]:
         """``fn(*inputs)`` through the traced computation; None where assume_pure_torch is missing."""
         signature = (key, tuple((tuple(t.shape), t.dtype) for t in inputs))
-        pure = self._pure.get(signature)
+        pure = _PURE.get(signature)
         if pure is None:
             wrap = assume_pure_torch()
             if wrap is None:
@@ -78,9 +93,8 @@ class PureStepCache:
             # Its cache is keyed by this name: unique in the process, one per signature.
             step.__name__ = f"neuron_sift_{getattr(fn, '__name__', 'step')}_{next(_names)}"
             with torch.no_grad():
-                pure = wrap(step, use_cache=True)
-            self._pure[signature] = pure
-            self.traced += 1
+                pure = _PURE[signature] = wrap(step, use_cache=True)
+        self.signatures.add(signature)
         with torch.no_grad():
             outputs = pure(*inputs)
             # torch-xla 2.9 aborts the process (xla/shape.h "Check failed: buffer != nullptr")

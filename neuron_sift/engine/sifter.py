@@ -8,6 +8,7 @@ from neuron_sift.backends.base import Backend
 from neuron_sift.distributed import RankGroup
 from neuron_sift.engine.state import SiftState
 from neuron_sift.engine.cpu_step import HostSiftState, HostStepOutput, sift_step_cpu
+import neuron_sift.engine.step as step_module
 from neuron_sift.engine.step import StepConstants, StepOutput, flat_inputs, flat_step, from_flat, sift_step
 from neuron_sift.exceptions import SiftConfigValidationException
 from neuron_sift.sift_config.sift_configs import RelativeProbabilisticSiftConfig
@@ -50,7 +51,7 @@ class Sifter:
         self._device_state: Optional[SiftState] = None
         self._host_state: Optional[HostSiftState] = None
         self._consts: Dict[int, StepConstants] = {}  # per padded batch size (device step)
-        self._step_fns: Dict[Tuple[str, int, bool], Callable] = {}  # flat_step per (mode, k, global)
+        self._step_fns: Dict[Tuple, Callable] = {}  # flat_step per key (see step())
         self._seed = int(seed) % _MAX_SEED
         # Made on the CPU; the setter places it (reading the seed there needs no device read).
         self.state = SiftState.create(config.loss_history_length, self._seed, torch.device("cpu"))
@@ -122,10 +123,12 @@ class Sifter:
             )
         # The backend runs the step: op by op, as one graph built once (torch-xla), or
         # compiled (torch.compile); the same function of the same tensors either way.
-        key = (self.mode, k, shared_losses is not None)
+        # The key names all a traced step depends on besides its inputs, the functions too
+        # (benchmarks and tests swap the percentile kernel or the step).
+        key = (self.mode, k, shared_losses is not None, sift_step, step_module.percentile_rank_auto)
         fn = self._step_fns.get(key)
         if fn is None:
-            fn = self._step_fns[key] = flat_step(*key, step_fn=sift_step)
+            fn = self._step_fns[key] = flat_step(self.mode, k, shared_losses is not None, step_fn=sift_step)
         inputs = flat_inputs(
             self._device_state, losses.to(torch.float32), per_batch, self._beta, consts, shared_losses, shared_valid
         )
