@@ -5,7 +5,10 @@ Per seed (``annotate_seed``), every arm is paired with the ``full`` run and the 
 runs (``full`` and every ``full@X``) of the same seed:
 
 * target: ``full``'s final test accuracy minus ``target_drop`` points;
-* time to target (``time_to_target``): the wall-clock of the first evaluation from which
+Times are wall-clock, or with ``clock="cpu"`` (``--clock cpu``) the process's CPU time over
+the same intervals (see ``runner.Clock``); both are recorded in every run.
+
+* time to target (``time_to_target``): the time of the first evaluation from which
   every later evaluation of the run stays at or above the target (not the first
   crossing, which rewards a lucky evaluation); ``None`` when the final one is below it;
 * ``speedup_vs_full``: ``full``'s time to target / the arm's;
@@ -21,10 +24,12 @@ An arm that never reaches the target has no speedup for that seed (``None``); th
 counts the seeds that reached it and takes medians over those only.
 
 ``summary.jsonl``: one object per task, backend and arm: ``task``, ``arm``, ``backend``,
-``seeds``, ``reached`` (seeds that reached the target), ``commit``, and for each metric
+``clock`` (``wall``, or ``cpu`` with ``--clock cpu``: the times of the speedups, the
+iso-time gain and ``time_to_target_s``), ``seeds``, ``reached`` (seeds that reached the
+target), ``commit``, and for each metric
 ``M`` of ``speedup_vs_full``, ``speedup_vs_frontier`` (over the seeds that reached the
 target), ``iso_time_gain``, ``final_acc_delta`` (points), ``final_acc`` (%),
-``time_to_target_s``, ``total_wall_s``, ``bwd_samples``, ``fwd_samples``, ``kept_share``,
+``time_to_target_s``, ``total_wall_s``, ``total_cpu_s``, ``bwd_samples``, ``fwd_samples``, ``kept_share``,
 ``target_acc`` (%): ``M`` the median over seeds, ``M_min`` and ``M_max``; ``null`` where
 undefined (no seed reached the target). ``iso_time_clamped``: seeds whose iso-time value
 was clamped. ``mislabeled_share`` (and its range) on ``mnist1d-noisy``.
@@ -42,23 +47,28 @@ def is_frontier(arm: str) -> bool:
     return arm == "full" or arm.startswith("full@")
 
 
-def time_to_target(curve: Sequence[dict], target: float) -> Optional[float]:
-    """Wall-clock of the first evaluation from which every later one stays >= ``target``."""
+def time_key(clock: str) -> str:
+    """The key of a curve point's (or a result's) time: "wall" -> wall_s, "cpu" -> cpu_s."""
+    return {"wall": "wall_s", "cpu": "cpu_s"}[clock]
+
+
+def time_to_target(curve: Sequence[dict], target: float, key: str = "wall_s") -> Optional[float]:
+    """Time of the first evaluation from which every later one stays >= ``target``."""
     t = None
     for point in curve:
         if point["test_acc"] >= target - EPS:
             if t is None:
-                t = point["wall_s"]
+                t = point[key]
         else:
             t = None
     return t
 
 
-def first_crossing(curve: Sequence[dict], target: float) -> Optional[float]:
-    """Wall-clock of the first evaluation at or above ``target`` (for comparison only)."""
+def first_crossing(curve: Sequence[dict], target: float, key: str = "wall_s") -> Optional[float]:
+    """Time of the first evaluation at or above ``target`` (for comparison only)."""
     for point in curve:
         if point["test_acc"] >= target - EPS:
-            return point["wall_s"]
+            return point[key]
     return None
 
 
@@ -87,12 +97,13 @@ def _ratio(num: Optional[float], den: Optional[float]) -> Optional[float]:
     return num / den
 
 
-def paired(arm: dict, full: dict, frontier: Sequence[dict]) -> dict:
+def paired(arm: dict, full: dict, frontier: Sequence[dict], key: str = "wall_s") -> dict:
     """The headline numbers of one run against the same seed's ``full`` and frontier runs
-    (each a result dict with ``time_to_target_s``, ``final_test_acc``, ``wall_s``)."""
+    (each a result dict with ``time_to_target_s``, ``final_test_acc`` and its total time
+    under ``key``)."""
     reached = [r["time_to_target_s"] for r in frontier if r["time_to_target_s"] is not None]
     best = min(reached) if reached else None
-    acc, clamped = frontier_at([(r["wall_s"], r["final_test_acc"]) for r in frontier], arm["wall_s"])
+    acc, clamped = frontier_at([(r[key], r["final_test_acc"]) for r in frontier], arm[key])
     return {
         "speedup_vs_full": _ratio(full["time_to_target_s"], arm["time_to_target_s"]),
         "speedup_vs_frontier": _ratio(best, arm["time_to_target_s"]),
@@ -104,17 +115,33 @@ def paired(arm: dict, full: dict, frontier: Sequence[dict]) -> dict:
     }
 
 
-def annotate_seed(results: Dict[str, dict], target_drop: float) -> None:
-    """Adds target, time to target and the paired numbers to every arm's results of one seed."""
+def annotate_seed(results: Dict[str, dict], target_drop: float, clock: str = "wall") -> None:
+    """Adds target, time to target (on ``clock``) and the paired numbers to every arm's
+    results of one seed (``results``: arm -> result dict, with its curve)."""
+    key = time_key(clock)
     full = results["full"]
     target = full["final_test_acc"] - target_drop / 100.0
     for r in results.values():
+        r["clock"] = clock
         r["target_acc"] = round(target, 6)
-        r["time_to_target_s"] = time_to_target(r["curve"], target)
-        r["first_crossing_s"] = first_crossing(r["curve"], target)
+        r["time_to_target_s"] = time_to_target(r["curve"], target, key)
+        r["first_crossing_s"] = first_crossing(r["curve"], target, key)
     frontier = [r for arm, r in results.items() if is_frontier(arm)]
     for r in results.values():
-        r["paired"] = paired(r, full, frontier)
+        r["paired"] = paired(r, full, frontier, key)
+
+
+def reannotate(records: List[dict], clock: str) -> None:
+    """Recomputes every run's paired numbers on ``clock`` from the curves, seed by seed
+    (each record's own ``target_drop_points``)."""
+    groups: Dict[tuple, Dict[str, dict]] = {}
+    for r in records:
+        groups.setdefault((r["task"], r["backend"], r["seed"]), {})[r["arm"]] = r
+    for (task, backend, seed), runs in groups.items():
+        if "full" not in runs:
+            raise ValueError(f"{task} ({backend}) seed {seed}: no full run to pair with")
+        drop = runs["full"].get("config", {}).get("target_drop_points", 0.5)
+        annotate_seed({arm: r["results"] for arm, r in runs.items()}, drop, clock)
 
 
 def stat(values: Sequence[Optional[float]]) -> Tuple[Optional[float], Optional[float], Optional[float]]:
@@ -131,8 +158,11 @@ def _metric(row: dict, key: str, values, digits: int = 4) -> None:
     row[key], row[key + "_min"], row[key + "_max"] = rnd(med), rnd(lo), rnd(hi)
 
 
-def summarize(records: List[dict]) -> List[dict]:
-    """One summary row per (task, backend, arm), in the order of the records."""
+def summarize(records: List[dict], clock: Optional[str] = None) -> List[dict]:
+    """One summary row per (task, backend, arm), in the order of the records; with
+    ``clock``, the paired numbers are first recomputed on it (``reannotate``)."""
+    if clock is not None:
+        reannotate(records, clock)
     keys: List[tuple] = []
     for r in records:
         k = (r["task"], r["backend"], r["arm"])
@@ -144,7 +174,7 @@ def summarize(records: List[dict]) -> List[dict]:
         res = [r["results"] for r in rs]
         p = [x["paired"] for x in res]
         commits = sorted({str(r["versions"].get("commit")) for r in rs})
-        row = {"task": task, "arm": arm, "backend": backend, "seeds": len(rs),
+        row = {"task": task, "arm": arm, "backend": backend, "clock": res[0].get("clock", "wall"), "seeds": len(rs),
                "reached": sum(x["time_to_target_s"] is not None for x in res),
                "commit": commits[0] if len(commits) == 1 else ",".join(commits)}
         _metric(row, "speedup_vs_full", [x["speedup_vs_full"] for x in p], 3)
@@ -155,6 +185,7 @@ def summarize(records: List[dict]) -> List[dict]:
         _metric(row, "final_acc_delta", [x["final_acc_delta"] for x in p], 3)
         _metric(row, "time_to_target_s", [x["time_to_target_s"] for x in res], 3)
         _metric(row, "total_wall_s", [x["wall_s"] for x in res], 3)
+        _metric(row, "total_cpu_s", [x.get("cpu_s") for x in res], 3)
         _metric(row, "bwd_samples", [x["backward_samples"] for x in res], 0)
         _metric(row, "fwd_samples", [x["forward_samples"] for x in res], 0)
         _metric(row, "kept_share", [x["kept_share"] for x in res], 4)
@@ -200,6 +231,7 @@ HEADLINE = [
 ]
 DETAIL = [
     ("time_to_target_s", "time to target s", "s"),
+    ("total_cpu_s", "total cpu s", "s"),
     ("fwd_samples", "fwd samples", ".0f"),
     ("mislabeled_share", "mislabeled share of trained", ".3f"),
     ("xla_compiles", "compiles", ".0f"),
@@ -226,7 +258,8 @@ def format_tables(rows: List[dict], markdown: bool = False, columns=None) -> str
         rs = [r for r in rows if (r["task"], r["backend"]) == (task, backend)]
         cols = [("arm", "arm", None)] + [c for c in columns if c[0] == "reached" or c[0] in rs[0]]
         full = next((r for r in rs if r["arm"] == "full"), rs[0])
-        title = f"{task} ({backend}), {full['seeds']} seed(s), target = full's final accuracy - drop: {fmt(full, 'target_acc', '.2f')} %"
+        title = (f"{task} ({backend}), {full['seeds']} seed(s), times on the {full['clock']} clock, "
+                 f"target = full's final accuracy - drop: {fmt(full, 'target_acc', '.2f')} %")
         cells = [[r["arm"] if k == "arm" else _cell(r, k, s) for k, _, s in cols] for r in rs]
         if markdown:
             out.append(f"**{title}**\n")
@@ -265,22 +298,24 @@ def plot(records: List[dict], rows: List[dict], path: Path) -> None:
     palette = plt.get_cmap("tab10")
     for (ax, bx), (task, backend) in zip(axes, groups):
         rs = [r for r in records if (r["task"], r["backend"]) == (task, backend)]
+        clock = rs[0]["results"].get("clock", "wall")
+        key = time_key(clock)
         arms = list(dict.fromkeys(r["arm"] for r in rs))
         colors = {a: ARM_COLORS.get(a) or FRONTIER_COLORS.get(a) or palette((i + 5) % 10) for i, a in enumerate(arms)}
         for arm in arms:
             for i, r in enumerate(x for x in rs if x["arm"] == arm):
                 c = r["results"]["curve"]
-                ax.plot([p["wall_s"] for p in c], [100 * p["test_acc"] for p in c], color=colors[arm], alpha=0.75,
+                ax.plot([p[key] for p in c], [100 * p["test_acc"] for p in c], color=colors[arm], alpha=0.75,
                         lw=1.0, label=arm if i == 0 else None)
         for j, seed in enumerate(dict.fromkeys(r["seed"] for r in rs)):
-            pts = sorted((r["results"]["wall_s"], 100 * r["results"]["final_test_acc"]) for r in rs
+            pts = sorted((r["results"][key], 100 * r["results"]["final_test_acc"]) for r in rs
                          if r["seed"] == seed and is_frontier(r["arm"]))
             ax.plot(*zip(*pts), color="red", ls="--", marker="o", ms=4, lw=1.4, label="frontier (per seed)" if j == 0 else None)
         targets = [100 * r["results"]["target_acc"] for r in rs]
         ax.axhline(statistics.median(targets), color="red", ls=":", lw=0.8, label="target (median)")
         finals = [100 * r["results"]["final_test_acc"] for r in rs]
         ax.set_ylim(max(0.0, min(finals) - 10), min(100.0, max(finals) + 1.5))
-        ax.set_xlabel("training wall-clock s (evaluation excluded)")
+        ax.set_xlabel(f"training time s, {clock} clock (evaluation excluded)")
         ax.set_ylabel("test accuracy %")
         ax.set_title(f"{task} ({backend}): accuracy against time, frontier = full@x end points")
         ax.grid(alpha=0.3)

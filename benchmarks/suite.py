@@ -75,6 +75,10 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=int, help="source and training batch size (default per task)")
     p.add_argument("--n-train", type=int, help="training samples (default per task; MNIST-1D: 40000)")
     p.add_argument("--target-drop", type=float, default=0.5, help="target = full arm's final test accuracy minus this many points (default 0.5)")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="the time the speedups and the iso-time gain use: wall-clock (default) or the process's CPU "
+                   "time over the same intervals (a one-thread eager run's wall-clock on an idle machine; for a "
+                   "shared machine); both are recorded")
     p.add_argument("--evals-per-epoch", type=int, default=4, help="test evaluations per epoch of source data, clock paused (default 4)")
     p.add_argument("--backend", choices=("eager", "xla"), default="eager", help="eager CPU (default) or torch-xla (PJRT_DEVICE, CPU unless set)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1: stable timings on a shared 2-core CPU; 0: torch's default)")
@@ -133,7 +137,7 @@ def task_config(name: str, args):
 
 
 def report(records, args, summary_path: Path, plot_path: Path) -> None:
-    rows = summarize(records)
+    rows = summarize(records, args.clock)
     write_summary(rows, summary_path)
     print(format_tables(rows, args.markdown))
     print(format_tables(rows, args.markdown, columns=[("reached", "reached", None)] + DETAIL))

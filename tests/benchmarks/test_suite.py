@@ -162,10 +162,15 @@ def test_keyword_sequences_label_is_the_most_frequent_keyword_and_usually_by_one
     assert x.shape == (400, tasks.BERT_LEN)
     leads = []
     for row, label in zip(x, y):
-        counts = [(row == k + 1).sum().item() for k in range(tasks.BERT_CLASSES)]
+        cls = tasks.cue_class(row)
+        counts = [(cls == k).sum().item() for k in range(tasks.BERT_CLASSES)]
         assert counts[label] == max(counts) and counts.count(max(counts)) == 1
         leads.append(counts[label] - sorted(counts)[-2])
     assert 0.7 < leads.count(1) / len(leads) < 0.95  # three in four by construction, plus chance
+    assert x[:, 0].eq(0).all() and int(x.max()) < tasks.BERT_VOCAB
+    cues = x[(x >= 1) & (x <= tasks.BERT_CUES)]
+    ranks = (cues - 1) // tasks.BERT_CLASSES
+    assert (ranks == 0).float().mean() > 5 * (ranks == 20).float().mean()  # Zipf: frequent words, a long tail
 
 
 def test_redundant_data_is_mostly_jittered_copies_of_a_small_pool(tmp_path):
@@ -245,6 +250,8 @@ def _check_records(records, task, seeds, backend):
             assert curve[0]["wall_s"] == 0.0 and curve[-1]["test_acc"] == res["final_test_acc"]
             assert [p["wall_s"] for p in curve] == sorted(p["wall_s"] for p in curve)
             assert curve[-1]["wall_s"] == pytest.approx(res["wall_s"], abs=1e-3)
+            assert curve[-1]["cpu_s"] == pytest.approx(res["cpu_s"], abs=1e-3) and res["cpu_s"] > 0
+            assert [p["cpu_s"] for p in curve] == sorted(p["cpu_s"] for p in curve)
             assert len(curve) >= arm_epochs * cfg["evals_per_epoch"]
             if res["time_to_target_s"] is not None:
                 assert res["time_to_target_s"] <= res["wall_s"] + 1e-9
@@ -275,7 +282,7 @@ def _check_records(records, task, seeds, backend):
 @pytest.mark.slow
 def test_tiny_suite_runs_every_arm_and_writes_records_summary_and_plot(tmp_path):
     proc = run(SUITE, "--task", "digits", "--tiny", "--epochs", "3", "--seeds", "0,1", "--out", str(tmp_path),
-               "--no-progress")
+               "--no-progress", "--arms", ",".join(ARMS))  # arms of *_arms.py plugins aside
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for arm in ARMS:
         assert arm in proc.stdout
@@ -305,11 +312,19 @@ def test_tiny_suite_runs_every_arm_and_writes_records_summary_and_plot(tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "| infobatch |" in proc.stdout and (tmp_path / "again.png").is_file()
     assert _records(tmp_path / "again.jsonl") == rows
+    # the same records on the CPU clock: the same accuracies, reached counts from the cpu_s curves
+    proc = run(SUITE, "--summarize", str(tmp_path / "runs.jsonl"), "--clock", "cpu", "--plot", str(tmp_path / "cpu.png"),
+               "--summary", str(tmp_path / "cpu.jsonl"))
+    assert proc.returncode == 0, proc.stderr
+    cpu_rows = _records(tmp_path / "cpu.jsonl")
+    assert all(r["clock"] == "cpu" for r in cpu_rows) and all(r["clock"] == "wall" for r in rows)
+    assert [r["final_acc"] for r in cpu_rows] == [r["final_acc"] for r in rows]
 
 
 @pytest.mark.slow
 def test_tiny_noisy_task_reports_the_mislabeled_share(tmp_path):
     proc = run(SUITE, "--task", "mnist1d-noisy", "--tiny", "--epochs", "1", "--seeds", "1", "--n-train", "1000",
+               "--arms", "full,uniform,sift-fixed,infobatch",
                "--out", str(tmp_path), "--no-progress")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     records = _records(tmp_path / "runs.jsonl")
@@ -323,10 +338,23 @@ def test_tiny_noisy_task_reports_the_mislabeled_share(tmp_path):
 
 
 @pytest.mark.slow
+def test_tiny_redundant_and_bert_tasks_run_with_any_frontier_fraction(tmp_path):
+    proc = run(SUITE, "--task", "mnist1d-redundant,bert", "--tiny", "--seeds", "0", "--arms", "full@0.5,full,infobatch",
+               "--out", str(tmp_path), "--no-progress")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = _records(tmp_path / "summary.jsonl")
+    assert [(r["task"], r["arm"]) for r in rows] == [(t, a) for t in ("mnist1d-redundant", "bert")
+                                                     for a in ("full@0.5", "full", "infobatch")]
+    records = _records(tmp_path / "runs.jsonl")
+    assert {r["config"]["model"] for r in records if r["task"] == "bert"} == {tasks.model_description(tasks.TASKS["bert"])}
+
+
+@pytest.mark.slow
 @pytest.mark.xla
 def test_tiny_suite_on_xla_records_compiles_and_host_reads(tmp_path):
     pytest.importorskip("torch_xla", reason="torch-xla not installed (CI installs it: pip install -e .[xla])")
-    proc = run(SUITE, "--task", "digits", "--tiny", "--seeds", "0", "--backend", "xla", "--out", str(tmp_path), "--no-progress")
+    proc = run(SUITE, "--task", "digits", "--tiny", "--seeds", "0", "--backend", "xla", "--out", str(tmp_path), "--no-progress",
+               "--arms", ",".join(ARMS))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     records = _records(tmp_path / "runs.jsonl")
     _check_records(records, "digits", [0], "xla")
