@@ -317,7 +317,7 @@ def plot(records: List[dict], rows: List[dict], path: Path) -> None:
         ax.set_ylim(max(0.0, min(finals) - 10), min(100.0, max(finals) + 1.5))
         ax.set_xlabel(f"training time s, {clock} clock (evaluation excluded)")
         ax.set_ylabel("test accuracy %")
-        ax.set_title(f"{task} ({backend}): accuracy against time, frontier = full@x end points")
+        ax.set_title(f"{task} ({backend}): accuracy against time; frontier: full@x end points", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right", fontsize=7, ncol=2)
 
@@ -342,7 +342,8 @@ def plot(records: List[dict], rows: List[dict], path: Path) -> None:
         gx.set_ylabel("iso-time gain, points (vs frontier at the arm's wall-clock)", color="tab:green")
         bx.set_xticks(xs)
         bx.set_xticklabels([f"{r['arm']}\n{r['reached']}/{r['seeds']}" for r in srows], fontsize=7)
-        bx.set_title(f"{task}: median, whiskers min-max over seeds (x labels: seeds that reached the target)")
+        bx.set_title(f"{task}: median, whiskers min-max over seeds; under each arm: seeds that reached the target",
+                     fontsize=9)
         bx.grid(alpha=0.3)
         h1, l1 = bx.get_legend_handles_labels()
         h2, l2 = gx.get_legend_handles_labels()
