@@ -41,7 +41,8 @@ def train_epoch_sifted(ctx, config: dict) -> dict:
     sched = ctx.step_schedule(loader.planned_steps()) if budget else ctx.epoch_schedule(ctx.epochs)
     kept_per_epoch = []
     for epoch in range(ctx.epochs):
-        batches = iter(loader)  # plans the epoch
+        loader.start_epoch()  # plans the epoch: its length is known now
+        batches = iter(loader)
         k = loader.plan.kept
         kept_per_epoch.append(k)
         if not budget:

@@ -94,8 +94,10 @@ class EpochSiftingDataloader:
         self._yielded = 0
         self._in_progress = False
         self._resume = False
+        self._planned_ahead = False  # start_epoch() planned the next epoch; iter() runs it
         self._token = 0
         self._mine = torch.zeros(self.n, dtype=torch.bool)  # trained here since the last merge
+        self._carried = torch.zeros(self.n, dtype=torch.bool)  # recorded late, from the epoch before
         self._streak = torch.zeros(self.n, dtype=torch.int32)  # noise guard: epochs high in a row
         self.history: List[Dict[str, Any]] = []
         self.counts = {"losses_recorded": 0, "batches_recorded": 0, "batches_yielded": 0}
@@ -129,7 +131,7 @@ class EpochSiftingDataloader:
         the expected count for an unbudgeted sifted epoch)."""
         if self._resume:
             return len(self._batches) - self._position
-        if self._in_progress:
+        if self._in_progress or self._planned_ahead:
             return len(self._batches)
         return self.planner.rank_batches(self.planner.expected_count(self._epochs_started))
 
@@ -156,19 +158,38 @@ class EpochSiftingDataloader:
     # -- iteration -----------------------------------------------------------------------
 
     def __iter__(self):
-        """Plans the epoch now (so ``len()`` and ``plan`` describe it as soon as ``iter()``
-        returns), or continues the epoch in progress after ``load_state_dict()``."""
+        """A new epoch, planned at the first ``next()`` (or by ``start_epoch()`` before), or
+        the epoch in progress after ``load_state_dict()``. Batches of the previous epoch that
+        never got their losses are forgotten (counted in ``metrics()["unpaired_batches"]``,
+        with a warning). An iterator that is never advanced plans nothing (Lightning calls
+        ``iter()`` once just to check the loader)."""
+        return self.iter_epoch()
+
+    def start_epoch(self) -> EpochPlan:
+        """Plan the next epoch now (``len()`` and ``plan`` then describe it); the next
+        ``iter()`` runs it. Does nothing if an epoch is already planned and not yet iterated."""
+        if not self._planned_ahead and not self._resume:
+            self._begin_epoch()
+            self._planned_ahead = True
+        return self._plan
+
+    def iter_epoch(self, carry_pending: bool = False):
+        """``iter(loader)``; with ``carry_pending=True`` the previous epoch's batches still
+        waiting for their losses stay first in line: for wrappers that prefetch across
+        epochs (``integrations.epoch_trainer.EpochStream``)."""
         self._token += 1
+        return self._iterate(self._token, carry_pending)
+
+    def _iterate(self, token: int, carry_pending: bool = False):
         if self._resume:
             self._resume = False
             start = self._position
         else:
-            self._begin_epoch()
+            if not self._planned_ahead:
+                self._begin_epoch()
             start = 0
-        return self._iterate(self._token, start)
-
-    def _iterate(self, token: int, start: int):
-        dropped = self.pairing.clear()
+        self._planned_ahead = False
+        dropped = 0 if carry_pending else self.pairing.clear()
         if dropped:
             logger.warning(
                 "EpochSiftingDataloader: %d yielded batch(es) never got their losses through weighted_loss; "
@@ -181,7 +202,7 @@ class EpochSiftingDataloader:
         for batch in self._loader:
             if token != self._token:
                 raise RuntimeError("EpochSiftingDataloader: a new iteration was started; this iterator is no longer valid")
-            self.pairing.push(self._batches[j])
+            self.pairing.push(self._batches[j], self._epochs_started)
             j += 1
             self._yielded = j
             self.counts["batches_yielded"] += 1
@@ -206,18 +227,19 @@ class EpochSiftingDataloader:
         scores = None
         if self._needs_scores(e):
             local = self.tables.snapshot()  # the one host transfer of the epoch
-            scores = merge_over_ranks(local, self._mine, self.ranks)  # the one collective of the epoch
+            scores = merge_over_ranks(local, self._mine, self.ranks, self._carried)  # the one collective
             if self.ranks.active:
                 self.tables.load_scores(scores)
             self._update_guard(scores)
             self._mine.zero_()
+            self._carried.zero_()
         else:
             scores = torch.full((self.n,), float("nan"))
         excluded = None
         if self.sift_config.noise_guard_epochs > 0:
             excluded = self._streak >= self.sift_config.noise_guard_epochs
         plan = self.planner.plan(e, scores, excluded)
-        self.tables.set_weights(plan.weights)
+        self.tables.set_weights(plan.weights, e + 1)
         self._batches = self.planner.rank_batches_of(plan)
         if self._batches:
             self._mine[torch.from_numpy(np.concatenate(self._batches))] = True
@@ -302,10 +324,13 @@ class EpochSiftingDataloader:
             raise LossOutputException(
                 f"weighted_loss got losses on {per_sample.device} but the score tables live on {self.tables.device}"
             )
-        ids, done = self.pairing.take(per_sample, per_sample.shape[0], partial)
-        weights = self.tables.record(ids, per_sample)
+        ids, done, epoch = self.pairing.take(per_sample, per_sample.shape[0], partial)
+        weights = self.tables.record(ids, per_sample, epoch)
+        if epoch != self._epochs_started:  # a batch carried from the previous epoch
+            self._carried[torch.from_numpy(ids)] = True
         if done:
-            self._position += 1
+            if epoch == self._epochs_started:
+                self._position += 1
             self.counts["batches_recorded"] += 1
         self.counts["losses_recorded"] += len(ids)
         out = weighted_mean(per_sample, weights)
@@ -347,6 +372,7 @@ class EpochSiftingDataloader:
             "scores": self.tables.snapshot(),
             "nonfinite": self.tables.nonfinite(),
             "mine": self._mine.clone(),
+            "carried": self._carried.clone(),
             "streak": self._streak.clone(),
             "history": [dict(h) for h in self.history],
             "counts": dict(self.counts),
@@ -373,14 +399,16 @@ class EpochSiftingDataloader:
         self.tables.load_scores(state["scores"])
         self.tables.set_nonfinite(int(state["nonfinite"]))
         if self._plan is not None:
-            self.tables.set_weights(self._plan.weights)
+            self.tables.set_weights(self._plan.weights, self._epochs_started)
         self._mine = state["mine"].clone()
+        self._carried = state["carried"].clone()
         self._streak = state["streak"].clone()
         self.history = [dict(h) for h in state["history"]]
         self.counts = dict(state["counts"])
         self._in_progress = bool(state["in_progress"])
         self._resume = self._in_progress
         self._yielded = self._position
+        self._planned_ahead = False
         self.pairing.clear()
         self.pairing.dropped_batches = 0
         self._token += 1  # iterators started before loading are void

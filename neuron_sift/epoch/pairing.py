@@ -30,14 +30,15 @@ class PairingQueue:
     """FIFO of yielded batches' ids; thread-safe (a prefetching wrapper pushes from its own thread)."""
 
     def __init__(self) -> None:
-        self._queue: deque = deque()  # [ids, offset]
+        self._queue: deque = deque()  # [ids, offset, tag]
         self._lock = threading.Lock()
         self._last: Optional[weakref.ref] = None
         self.dropped_batches = 0  # yielded but never paired (counted when an epoch restarts)
 
-    def push(self, ids: np.ndarray) -> None:
+    def push(self, ids: np.ndarray, tag: int = 0) -> None:
+        """A yielded batch's ids; ``tag`` (the epoch) comes back from ``take``."""
         with self._lock:
-            self._queue.append([ids, 0])
+            self._queue.append([ids, 0, tag])
 
     def waiting(self) -> int:
         with self._lock:
@@ -52,8 +53,8 @@ class PairingQueue:
             self._last = None
             return n
 
-    def take(self, loss_tensor, n: int, partial: bool) -> Tuple[np.ndarray, bool]:
-        """The ids the next ``n`` losses belong to, and whether their batch is now complete."""
+    def take(self, loss_tensor, n: int, partial: bool) -> Tuple[np.ndarray, bool, int]:
+        """The ids the next ``n`` losses belong to, whether their batch is now complete, and its tag."""
         with self._lock:
             last = self._last() if self._last is not None else None
             if last is not None and last is loss_tensor:
@@ -67,7 +68,7 @@ class PairingQueue:
                     "of this loader (a second call for the same batch, or a loss of a batch from elsewhere?)"
                 )
             entry = self._queue[0]
-            ids, offset = entry
+            ids, offset, tag = entry
             left = len(ids) - offset
             if n > left or (n < left and not partial):
                 where = f"{left} of its {len(ids)} samples still waiting" if offset else f"{len(ids)} samples"
@@ -89,4 +90,4 @@ class PairingQueue:
                 self._last = weakref.ref(loss_tensor)
             except TypeError:
                 self._last = None
-            return part, done
+            return part, done, tag

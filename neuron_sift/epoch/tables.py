@@ -28,6 +28,8 @@ class ScoreTables:
         self._dev_scores: Optional[torch.Tensor] = None
         self._dev_weights: Optional[torch.Tensor] = None
         self._dev_nonfinite: Optional[torch.Tensor] = None
+        self._previous: Optional[tuple] = None  # (tag, host weights, device weights) of the epoch before
+        self.tag = 0
 
     @property
     def on_device(self) -> bool:
@@ -45,14 +47,18 @@ class ScoreTables:
 
     # -- per step ---------------------------------------------------------------------------
 
-    def record(self, ids: np.ndarray, losses: torch.Tensor) -> torch.Tensor:
-        """Record ``losses`` as the scores of ``ids``; returns their weights on the losses' device."""
+    def record(self, ids: np.ndarray, losses: torch.Tensor, tag: Optional[int] = None) -> torch.Tensor:
+        """Record ``losses`` as the scores of ``ids``; returns their weights on the losses' device
+        (those of epoch ``tag``: the current one, or the one before for a carried batch)."""
+        host_w, dev_w = self._weights, self._dev_weights
+        if tag is not None and tag != self.tag and self._previous is not None and self._previous[0] == tag:
+            host_w, dev_w = self._previous[1], self._previous[2]
         if self.on_device:
             dev_ids = torch.from_numpy(ids).to(self.device)
             slots, values, nonfinite = score_writes(dev_ids, losses, self.n)
             self._dev_scores.index_put_((slots,), values)
             self._dev_nonfinite.add_(nonfinite)
-            return gather_weights(self._dev_weights, dev_ids)
+            return gather_weights(dev_w, dev_ids)
         values = losses.detach().to(torch.float32).numpy()
         finite = np.isfinite(values)
         if finite.all():
@@ -60,7 +66,7 @@ class ScoreTables:
         else:
             self._scores[ids[finite]] = values[finite]
             self._nonfinite += int((~finite).sum())
-        return torch.from_numpy(self._weights[ids])
+        return torch.from_numpy(host_w[ids])
 
     # -- per epoch --------------------------------------------------------------------------
 
@@ -78,8 +84,11 @@ class ScoreTables:
             full = torch.from_numpy(self._scores)
             self._dev_scores = full.to(self.device)
 
-    def set_weights(self, weights: torch.Tensor) -> None:
-        """The loss weight of every sample for the coming epoch (one upload on a device)."""
+    def set_weights(self, weights: torch.Tensor, tag: int = 0) -> None:
+        """The loss weight of every sample for the coming epoch ``tag`` (one upload on a
+        device); the previous epoch's stay available for its carried batches."""
+        self._previous = (self.tag, self._weights, self._dev_weights)
+        self.tag = tag
         self._weights = weights.detach().to(torch.float32).cpu().numpy().copy()
         if self.on_device:
             self._dev_weights = torch.from_numpy(self._weights).to(self.device)
@@ -100,21 +109,27 @@ class ScoreTables:
             self._dev_nonfinite = torch.tensor([self._nonfinite], dtype=torch.int64).to(self.device)
 
 
-def merge_over_ranks(scores: torch.Tensor, mine: torch.Tensor, ranks) -> torch.Tensor:
+def merge_over_ranks(scores: torch.Tensor, mine: torch.Tensor, ranks, carried: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Every rank's scores for the samples it trained on since the last merge, combined.
 
-    ``scores``: this rank's ``[N]`` table (CPU); ``mine``: ``[N]`` bool, the samples this
-    rank trained on (each sample belongs to one rank per epoch). One all-reduce of a
-    ``[2, N]`` float32 tensor (the scored values and a flag); entries no rank scored keep
-    the value every rank already shares.
+    ``scores``: this rank's ``[N]`` table (CPU); ``mine``: ``[N]`` bool, the samples of this
+    rank's share of the last epoch (each sample belongs to one rank per epoch);
+    ``carried``: samples of the epoch before whose losses arrived after the last merge (a
+    wrapper prefetching across epochs); a value of the last epoch wins over a carried one.
+    One all-reduce of a ``[4, N]`` float32 tensor (values and flags); entries no rank
+    scored keep the value every rank already shares.
     """
     if not ranks.active:
         return scores
-    scored = mine & ~torch.isnan(scores)
-    parts = torch.stack([torch.where(scored, scores, torch.zeros_like(scores)), scored.to(torch.float32)])
+    if carried is None:
+        carried = torch.zeros_like(mine)
+    seen = ~torch.isnan(scores)
+    a, b = mine & seen, carried & ~mine & seen
+    zero = torch.zeros_like(scores)
+    parts = torch.stack([torch.where(a, scores, zero), a.to(torch.float32), torch.where(b, scores, zero), b.to(torch.float32)])
     import torch.distributed as dist
 
     buf = parts.to(ranks.device)
     dist.all_reduce(buf)
     buf = buf.cpu()
-    return torch.where(buf[1] > 0, buf[0], scores)
+    return torch.where(buf[1] > 0, buf[0], torch.where(buf[3] > 0, buf[2] / buf[3].clamp(min=1), scores))

@@ -45,6 +45,7 @@ def test_a_plain_loop_trains_the_plan_in_the_users_batches():
     total, all_ids = 0, []
     for epoch in range(8):
         ds.loaded.clear()
+        loader.start_epoch()
         it = iter(loader)
         plan, length = loader.plan, len(loader)
         batches = run_epoch(loader, wrap=lambda _: it)
@@ -66,6 +67,7 @@ def test_a_plain_loop_trains_the_plan_in_the_users_batches():
 def test_weighted_loss_value_and_gradient():
     ds, loader = make(cfg={"kept_share": 0.3})
     run_epoch(loader)  # warm-up: every sample scored
+    loader.start_epoch()
     it = iter(loader)
     for x, y in it:
         ids = torch.tensor(ids_of(x))
@@ -243,6 +245,7 @@ def test_lengths_of_unbudgeted_epochs_are_whole_batches_and_exact_once_planned()
     expected_total = loader.planned_steps()
     total = 0
     for epoch in range(5):
+        loader.start_epoch()
         it = iter(loader)
         planned = len(loader)
         got = len(run_epoch(loader, wrap=lambda _: it))
@@ -293,3 +296,37 @@ def test_training_reaches_the_model_and_metrics_report():
     assert kinds == ["warmup"] + ["sift"] * 6 + ["anneal"]
     assert all(0.3 < e["kept_share"] < 0.7 for e in m["epochs"][1:-1])
     assert m["machinery_seconds"] > 0
+
+
+def test_a_stream_prefetching_across_epochs_keeps_pairs_and_weights():
+    """EpochStream (the Trainer integration) with a look-ahead of 3 batches, as the Trainer's
+    gradient accumulation pulls them: batches of the previous epoch paired after the next
+    epoch was planned get their own epoch's weights."""
+    from neuron_sift.integrations.epoch_trainer import EpochStream
+
+    ds, loader = make(n=100, batch=8, epochs=5, cfg={"kept_share": 0.5})
+    stream = EpochStream(loader, loader.planned_steps() // 3)
+    trained, checked = [], 0
+    for _ in range(3):
+        it = iter(stream)
+        while True:
+            group = [b for _, b in zip(range(3), it)]
+            if not group:
+                break
+            for x, y in group:
+                loader.weighted_loss(oracle_loss(x))
+                trained += ids_of(x)
+                checked += 1
+    assert_scores_are_oracle(loader, trained)
+    assert loader.metrics()["unpaired_batches"] == 0
+    assert checked == 3 * len(stream)
+
+
+def test_an_iterator_never_advanced_plans_nothing_and_start_epoch_is_idempotent():
+    ds, loader = make(n=64, batch=16, epochs=3)
+    iter(loader)  # Lightning checks a loader this way
+    assert loader.epoch == 0 and loader.plan is None
+    plan = loader.start_epoch()
+    assert loader.start_epoch() is plan and loader.epoch == 1 and len(loader) == 4
+    run_epoch(loader)
+    assert loader.epoch == 1
