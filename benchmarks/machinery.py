@@ -67,6 +67,9 @@ ENGINES = {
 RUN_ORDER = ("host", "torch", "retrace", "pairwise")
 XLA_ONLY, EAGER_ONLY = ("retrace",), ("host",)
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+# --clock: wall-clock by default; "cpu" counts the process's CPU seconds (all threads, the
+# XLA CPU device's included), which a shared machine's other load disturbs much less.
+CLOCK = time.perf_counter
 
 
 class ColumnLoss:
@@ -112,27 +115,26 @@ class TrainStep:
         """Median seconds of ``reps`` steps."""
         times = []
         for _ in range(reps):
-            start = time.perf_counter()
+            start = CLOCK()
             self.opt.zero_grad(set_to_none=True)
             F.cross_entropy(self.model(self.x), self.y).backward()
             self.opt.step()
             self.wait()
-            times.append(time.perf_counter() - start)
+            times.append(CLOCK() - start)
         return statistics.median(times)
 
 
-def machinery_seconds(b, h, mode, engine, device, wait, batches, repeats, train_step=None):
-    """Per source batch: (wall-clock machinery, host-phase machinery, compiles in timed epochs,
-    training step seconds or None, machinery / step or None, (min, max) wall-clock machinery),
-    medians over ``repeats`` interleaved repeats."""
-    host_step, kernel, trace_once = ENGINES[engine]
-    if kernel is not None:
-        step_module.percentile_rank_auto = kernel
-    try:
+class _Arm:
+    """One engine's loader over the benchmark's data: a warm-up epoch, then timed repeats."""
+
+    def __init__(self, b, h, mode, engine, device, wait, batches):
+        host_step, self.kernel, trace_once = ENGINES[engine]
+        self.device, self.wait, self.batches = device, wait, batches
         n = b * batches
         g = torch.Generator().manual_seed(0)
-        data = TensorDataset(torch.rand(n, 40, generator=g), torch.randint(0, 10, (n,), generator=g), torch.arange(n))
-        model = torch.nn.Linear(1, 1).to(device)  # only tells the loader the device
+        self.data = TensorDataset(torch.rand(n, 40, generator=g), torch.randint(0, 10, (n,), generator=g), torch.arange(n))
+        self.b = b
+        self.model = torch.nn.Linear(1, 1).to(device)  # only tells the loader the device
         config = RelativeProbabilisticSiftConfig(
             beta_value=1.0,
             loss_history_length=h,
@@ -140,48 +142,73 @@ def machinery_seconds(b, h, mode, engine, device, wait, batches, repeats, train_
             loss_based_sift_config={"sift_config": {"sift_delay": 0}},
             seed=0,
         )
-
-        def source():
-            return DataLoader(data, batch_size=b, shuffle=True, generator=torch.Generator().manual_seed(1))
-
-        user_loss = ColumnLoss()
-        loader = SiftingDataloader(sift_config=config, orig_dataloader=source(), loss_impl=user_loss, model=model)
-        loader.sifter = Sifter(config, loader.backend, loader.ranks, host_step=host_step)
+        self.user_loss = ColumnLoss()
+        self.loader = SiftingDataloader(sift_config=config, orig_dataloader=self.source(), loss_impl=self.user_loss, model=self.model)
+        self.loader.sifter = Sifter(config, self.loader.backend, self.loader.ranks, host_step=host_step)
         if not trace_once:
-            loader.backend.trace_once = False
-        for _ in loader:  # warm-up epoch: compiles every graph on XLA
-            pass
-        wait()
-        sift_times, plain_times, step_times = [], [], []
-        host = 0.0
-        c0 = compiles()
-        for _ in range(repeats):
-            if train_step is not None:
-                step_times.append(train_step.seconds(5))
-            before = loader.machinery_seconds
-            start = time.perf_counter()
-            for _ in loader:
+            self.loader.backend.trace_once = False
+        self.sift_times, self.plain_times, self.host = [], [], 0.0
+        self._epoch()  # warm-up epoch: compiles every graph on XLA
+
+    def source(self):
+        return DataLoader(self.data, batch_size=self.b, shuffle=True, generator=torch.Generator().manual_seed(1))
+
+    def _epoch(self):
+        if self.kernel is not None:
+            step_module.percentile_rank_auto = self.kernel
+        try:
+            for _ in self.loader:
                 pass
-            wait()
-            sift_times.append(time.perf_counter() - start)
-            host += loader.machinery_seconds - before
-            start = time.perf_counter()
-            for batch in source():  # the same epoch without sifting: loading, the move to the device, the loss
-                moved = [t.to(device) for t in batch]
-                with torch.no_grad():
-                    user_loss.loss(model, moved, moved)
-            wait()
-            plain_times.append(time.perf_counter() - start)
-        new_compiles = compiles() - c0
+            self.wait()
+        finally:
+            step_module.percentile_rank_auto = percentile_rank_auto
+
+    def repeat(self):
+        """One sifted epoch and the plain epoch right after it."""
+        before = self.loader.machinery_seconds
+        start = CLOCK()
+        self._epoch()
+        self.sift_times.append(CLOCK() - start)
+        self.host += self.loader.machinery_seconds - before
+        start = CLOCK()
+        for batch in self.source():  # the same epoch without sifting: loading, the move to the device, the loss
+            moved = [t.to(self.device) for t in batch]
+            with torch.no_grad():
+                self.user_loss.loss(self.model, moved, moved)
+        self.wait()
+        self.plain_times.append(CLOCK() - start)
+
+
+def machinery_interleaved(b, h, mode, engines, device, wait, batches, repeats, train_step=None):
+    """``machinery_seconds`` for several engines at once, their repeats interleaved (each
+    repeat times the training step, then every engine's sifted and plain epoch), so a
+    change of the machine's speed moves all engines alike: {engine: result}."""
+    arms = {e: _Arm(b, h, mode, e, device, wait, batches) for e in engines}
+    step_times = []
+    c0 = compiles()
+    for _ in range(repeats):
+        if train_step is not None:
+            step_times.append(train_step.seconds(5))
+        for arm in arms.values():
+            arm.repeat()
+    new_compiles = compiles() - c0
+    out = {}
+    for e, arm in arms.items():
         # Paired: each repeat's sifted epoch against the plain epoch right after it, so a
         # drift of the machine's speed cancels; the median over repeats is reported.
-        diffs = [(s - p) / batches for s, p in zip(sift_times, plain_times)]
+        diffs = [(s_ - p_) / batches for s_, p_ in zip(arm.sift_times, arm.plain_times)]
         wall = statistics.median(diffs)
         step = statistics.median(step_times) if step_times else None
         share = statistics.median(d / t for d, t in zip(diffs, step_times)) if step_times else None
-        return max(wall, 0.0), host / (repeats * batches), new_compiles, step, share, (min(diffs), max(diffs))
-    finally:
-        step_module.percentile_rank_auto = percentile_rank_auto
+        out[e] = (max(wall, 0.0), arm.host / (repeats * batches), new_compiles, step, share, (min(diffs), max(diffs)))
+    return out
+
+
+def machinery_seconds(b, h, mode, engine, device, wait, batches, repeats, train_step=None):
+    """Per source batch: (wall-clock machinery, host-phase machinery, compiles in timed epochs,
+    training step seconds or None, machinery / step or None, (min, max) wall-clock machinery),
+    medians over ``repeats`` interleaved repeats."""
+    return machinery_interleaved(b, h, mode, [engine], device, wait, batches, repeats, train_step)[engine]
 
 
 def parse_args(argv=None):
@@ -203,6 +230,17 @@ def parse_args(argv=None):
     p.add_argument("--mode", choices=("probabilistic", "fixed"), default="probabilistic", help="selection mode (default probabilistic)")
     p.add_argument("--batches", type=int, default=32, help="source batches per timed epoch (default 32)")
     p.add_argument("--repeats", type=int, default=9, help="timed repeats; medians are taken (default 9)")
+    p.add_argument(
+        "--interleave",
+        action="store_true",
+        help="time the engines' repeats interleaved (before/after comparisons on a noisy machine)",
+    )
+    p.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="wall-clock (default) or the process's CPU time (steadier on a shared machine)",
+    )
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1; 0: torch's default)")
     p.add_argument("--json", type=Path, help=f"JSON lines file to append to (default {DEFAULT_OUT}/machinery.jsonl)")
     p.add_argument("--markdown", action="store_true", help="print the table as Markdown")
@@ -232,6 +270,8 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    global CLOCK
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     if args.threads:
         torch.set_num_threads(args.threads)
     json_path = args.json or DEFAULT_OUT / "machinery.jsonl"
@@ -252,10 +292,17 @@ def main(argv=None) -> int:
             for h in args.histories:
                 row = {"backend": backend, "batch_size": b, "history": h}
                 steps = []
-                for engine in engines:
-                    wall, host, new_compiles, step, share, spread = machinery_seconds(
-                        b, h, args.mode, engine, device, wait, args.batches, args.repeats, train_step
+                if args.interleave:
+                    results = machinery_interleaved(
+                        b, h, args.mode, engines, device, wait, args.batches, args.repeats, train_step
                     )
+                for engine in engines:
+                    if args.interleave:
+                        wall, host, new_compiles, step, share, spread = results[engine]
+                    else:
+                        wall, host, new_compiles, step, share, spread = machinery_seconds(
+                            b, h, args.mode, engine, device, wait, args.batches, args.repeats, train_step
+                        )
                     steps.append(step)
                     gc.collect()
                     row[f"{engine}_ms"] = round(1e3 * wall, 3)
@@ -274,7 +321,8 @@ def main(argv=None) -> int:
                                 "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                 "versions": vers,
                                 "device": str(device),
-                                "config": {"mode": args.mode, "batches": args.batches, "repeats": args.repeats},
+                                "config": {"mode": args.mode, "batches": args.batches, "repeats": args.repeats,
+                                           "interleave": args.interleave, "clock": args.clock},
                                 "results": row,
                             }
                         )

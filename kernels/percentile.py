@@ -31,11 +31,13 @@ def percentile_rank(
     """
     valid = _slots_in_use(history, fill, slots)  # [H]
     l = losses.to(history.dtype).unsqueeze(1)  # [B, 1]
-    hist = history.unsqueeze(0)  # [1, H]
-    # #{h < l} + #{h <= l} = 2 * less + equal, in one reduction (XLA fuses it into one loop);
-    # (less + 0.5 * equal) is exactly half of it in float32.
-    twice = ((hist < l) & valid).to(torch.int32) + ((hist <= l) & valid).to(torch.int32)
-    twice = twice.sum(dim=1, dtype=torch.int64)
+    # Slots not in use hold NaN, which compares false with everything (a NaN loss too),
+    # so they never count: one select over H instead of a mask over B x H.
+    hist = torch.where(valid, history, torch.full_like(history, float("nan"))).unsqueeze(0)  # [1, H]
+    # #{h < l} + #{h <= l} = 2 * less + equal, in one reduction (XLA fuses it into one loop),
+    # in int32 (at most 2H); (less + 0.5 * equal) is exactly half of it in float32.
+    twice = (hist < l).to(torch.int32) + (hist <= l).to(torch.int32)
+    twice = twice.sum(dim=1, dtype=torch.int32 if history.shape[0] < 2**30 else torch.int64)
     denom = torch.clamp(fill, min=1).to(history.dtype)
     pct = (twice.to(history.dtype) * 0.5) / denom
     return torch.where(fill > 0, pct, torch.ones_like(pct))
