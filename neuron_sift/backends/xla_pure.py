@@ -40,6 +40,12 @@ _names = itertools.count()
 _warned = False
 
 
+def unique_name(prefix: str) -> str:
+    """A name no other traced-once function of this process has (``assume_pure_torch``
+    caches computations by name, process-wide)."""
+    return f"{prefix}_{next(_names)}"
+
+
 def assume_pure_torch() -> Optional[Callable]:
     """torch-xla's ``assume_pure_torch``, or None (logged once) where this torch-xla lacks it."""
     global _warned
@@ -91,7 +97,7 @@ class PureStepCache:
                 return fn(*tensors)
 
             # Its cache is keyed by this name: unique in the process, one per signature.
-            step.__name__ = f"neuron_sift_{getattr(fn, '__name__', 'step')}_{next(_names)}"
+            step.__name__ = unique_name(f"neuron_sift_{getattr(fn, '__name__', 'step')}")
             with torch.no_grad():
                 pure = _PURE[signature] = wrap(step, use_cache=True)
         self.signatures.add(signature)
