@@ -44,4 +44,15 @@ class SiftState:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def to(self, device: torch.device) -> "SiftState":
-        return SiftState(**{k: v.to(device) for k, v in self.tensors().items()})
+        """The state on ``device``; each scalar travels as a 1-element vector.
+
+        torch-xla caches 0-dim device data by value, so scalars uploaded as such that happen
+        to be equal (the zeros of a fresh state, equal counters of a restored one) become
+        one graph input, and the first step after a restore would compile a graph of its
+        own. Uploaded as vectors and viewed as scalars on the device, they are distinct
+        inputs whatever their values.
+        """
+        out = {}
+        for k, v in self.tensors().items():
+            out[k] = v.reshape(1).to(device).reshape(()) if v.dim() == 0 else v.to(device)
+        return SiftState(**out)
