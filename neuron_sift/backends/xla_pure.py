@@ -24,7 +24,7 @@ What the 2.9 implementation implies, and how the engine meets it (read in its so
 - it is forward only: the step needs no gradients;
 - an output used directly as the index of ``index_select`` crashes 2.9 (see ``run``).
 
-Where the function is missing (torch-xla before 2.7, or a build without it) the step is
+Where the function is missing (an older torch-xla, or a build without it) the step is
 traced per call, as before, and one log line says so.
 """
 
