@@ -28,7 +28,7 @@ from neuron_sift import EpochSiftConfig, EpochSiftingDataloader
 from arms import register
 
 # The best setting of the sweep on the main job (README, "Epoch-level sifting").
-BEST = dict(policy="percentile", kept_share=0.4, beta_value=1.0, min_keep_probability=0.05,
+BEST = dict(policy="percentile", kept_share=0.5, beta_value=1.0, min_keep_probability=0.05,
             warmup_epochs=1, anneal_fraction=0.125)
 
 
@@ -92,8 +92,10 @@ for ratio in (0.5, 0.7, 0.9):
     _add(f"epoch-bm-r{ratio:g}", policy="below_mean", prune_ratio=ratio)
 for share in (0.3, 0.4, 0.5, 0.6):
     _add(f"epoch-pct-k{share:g}", policy="percentile", kept_share=share)
-for share in (0.4, 0.6):
+for share in (0.4, 0.5, 0.6):
     _add(f"epoch-bm-k{share:g}", policy="below_mean", kept_share=share)
+for share, anneal in [(0.4, 0.25), (0.5, 0.25)]:
+    _add(f"epoch-pct-k{share:g}-a{anneal:g}", policy="percentile", kept_share=share, anneal_fraction=anneal)
 for warm, anneal in [(0, 0.125), (2, 0.125), (1, 0.0), (1, 0.25)]:
     _add(f"epoch-pct-w{warm}-a{anneal:g}", policy="percentile", warmup_epochs=warm, anneal_fraction=anneal)
 for epochs_high, q in [(2, 0.8), (2, 0.9), (3, 0.8)]:

@@ -22,7 +22,6 @@ from neuron_sift.epoch.planner import EpochPlan, EpochPlanner
 from neuron_sift.epoch.source import PlannedBatchSampler, inspect_source, rebuild
 from neuron_sift.epoch.tables import ScoreTables, merge_over_ranks
 from neuron_sift.exceptions import LossOutputException
-from neuron_sift.kernels.scores import weighted_mean
 from neuron_sift.sift_config.epoch_config import coerce_epoch_config
 
 logger = logging.getLogger(__name__)
@@ -307,33 +306,35 @@ class EpochSiftingDataloader:
         start = time.perf_counter()
         if not isinstance(per_sample, torch.Tensor):
             raise LossOutputException(f"weighted_loss needs a tensor of per-sample losses, got {type(per_sample).__name__}")
-        if per_sample.dim() == 2 and per_sample.shape[1] == 1:
+        shape = per_sample.shape
+        if len(shape) == 2 and shape[1] == 1:
             per_sample = per_sample[:, 0]
-        if per_sample.dim() != 1:
+            shape = per_sample.shape
+        if len(shape) != 1:
             raise LossOutputException(
-                f"weighted_loss needs one loss per sample, shape [n] (or [n, 1]), got {list(per_sample.shape)}; "
+                f"weighted_loss needs one loss per sample, shape [n] (or [n, 1]), got {list(shape)}; "
                 "use reduction='none' and reduce per-token losses to one value per sample"
             )
-        if not per_sample.dtype.is_floating_point:
+        if not per_sample.is_floating_point():
             raise LossOutputException(f"weighted_loss needs floating-point losses, got dtype {per_sample.dtype}")
-        if self.tables.device is None:
-            self._place(per_sample.device)
-        elif per_sample.device != self.tables.device and not (
-            per_sample.device.type == self.tables.device.type and None in (per_sample.device.index, self.tables.device.index)
+        device = per_sample.device
+        table_device = self.tables.device
+        if table_device is None:
+            self._place(device)
+        elif device != table_device and not (
+            device.type == table_device.type and None in (device.index, table_device.index)
         ):
-            raise LossOutputException(
-                f"weighted_loss got losses on {per_sample.device} but the score tables live on {self.tables.device}"
-            )
-        ids, done, epoch = self.pairing.take(per_sample, per_sample.shape[0], partial)
-        weights = self.tables.record(ids, per_sample, epoch)
+            raise LossOutputException(f"weighted_loss got losses on {device} but the score tables live on {table_device}")
+        ids, done, epoch = self.pairing.take(per_sample, shape[0], partial)
+        out = self.tables.weighted_mean(ids, per_sample, epoch)
+        counts = self.counts
         if epoch != self._epochs_started:  # a batch carried from the previous epoch
             self._carried[torch.from_numpy(ids)] = True
         if done:
             if epoch == self._epochs_started:
                 self._position += 1
-            self.counts["batches_recorded"] += 1
-        self.counts["losses_recorded"] += len(ids)
-        out = weighted_mean(per_sample, weights)
+            counts["batches_recorded"] += 1
+        counts["losses_recorded"] += ids.shape[0]
         self.timings["weighted_loss"] += time.perf_counter() - start
         return out
 

@@ -13,7 +13,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from neuron_sift.kernels.scores import gather_weights, score_writes
+from neuron_sift.kernels.scores import gather_weights, score_writes, weighted_mean
 
 
 class ScoreTables:
@@ -24,6 +24,7 @@ class ScoreTables:
         self.device: Optional[torch.device] = None  # None until placed: host arrays meanwhile
         self._scores = np.full(n + 1, np.nan, dtype=np.float32)
         self._weights = np.ones(n, dtype=np.float32)
+        self._uniform = True  # every weight is 1 (a full epoch)
         self._nonfinite = 0
         self._dev_scores: Optional[torch.Tensor] = None
         self._dev_weights: Optional[torch.Tensor] = None
@@ -50,6 +51,13 @@ class ScoreTables:
     def record(self, ids: np.ndarray, losses: torch.Tensor, tag: Optional[int] = None) -> torch.Tensor:
         """Record ``losses`` as the scores of ``ids``; returns their weights on the losses' device
         (those of epoch ``tag``: the current one, or the one before for a carried batch)."""
+        return self._record(ids, losses, tag, mean=False)
+
+    def weighted_mean(self, ids: np.ndarray, losses: torch.Tensor, tag: Optional[int] = None) -> torch.Tensor:
+        """``record``, then the weighted mean ``sum(w_i * l_i) / n`` (``kernels.scores.weighted_mean``)."""
+        return self._record(ids, losses, tag, mean=True)
+
+    def _record(self, ids: np.ndarray, losses: torch.Tensor, tag: Optional[int], mean: bool) -> torch.Tensor:
         host_w, dev_w = self._weights, self._dev_weights
         if tag is not None and tag != self.tag and self._previous is not None and self._previous[0] == tag:
             host_w, dev_w = self._previous[1], self._previous[2]
@@ -58,15 +66,25 @@ class ScoreTables:
             slots, values, nonfinite = score_writes(dev_ids, losses, self.n)
             self._dev_scores.index_put_((slots,), values)
             self._dev_nonfinite.add_(nonfinite)
-            return gather_weights(dev_w, dev_ids)
-        values = losses.detach().to(torch.float32).numpy()
-        finite = np.isfinite(values)
-        if finite.all():
+            w = gather_weights(dev_w, dev_ids)
+            return weighted_mean(losses, w) if mean else w
+        detached = losses.detach()
+        values = (detached if detached.dtype == torch.float32 else detached.to(torch.float32)).numpy()
+        if np.isfinite(values.sum(dtype=np.float64)):  # one reduction instead of a mask, almost always
             self._scores[ids] = values
         else:
+            finite = np.isfinite(values)
             self._scores[ids[finite]] = values[finite]
             self._nonfinite += int((~finite).sum())
-        return torch.from_numpy(host_w[ids])
+        if mean and self._uniform and host_w is self._weights and losses.dtype == torch.float32:
+            return losses.mean()  # a full epoch: every weight is 1
+        w = host_w[ids]
+        if not mean:
+            return torch.from_numpy(w)
+        if losses.dtype == torch.float32:  # one op forward and backward: dot with w / n
+            w *= np.float32(1.0 / values.shape[0])
+            return torch.dot(losses, torch.from_numpy(w))
+        return weighted_mean(losses, torch.from_numpy(w))
 
     # -- per epoch --------------------------------------------------------------------------
 
@@ -90,6 +108,7 @@ class ScoreTables:
         self._previous = (self.tag, self._weights, self._dev_weights)
         self.tag = tag
         self._weights = weights.detach().to(torch.float32).cpu().numpy().copy()
+        self._uniform = bool((self._weights == 1.0).all())
         if self.on_device:
             self._dev_weights = torch.from_numpy(self._weights).to(self.device)
 

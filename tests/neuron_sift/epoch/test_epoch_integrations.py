@@ -116,3 +116,13 @@ def test_lightning_fit_with_the_epoch_loader():
     assert metrics["scores_recorded"] == 200 and metrics["unpaired_batches"] == 0
     assert trainer.global_step == 13 + 3 * 5
     assert "epoch_sifting/kept_share" in trainer.callback_metrics
+
+
+def test_the_runnable_example():
+    import importlib.util
+
+    path = os.path.join(ROOT, "examples", "epoch_sifting.py")
+    spec = importlib.util.spec_from_file_location("epoch_sifting_example", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--epochs", "4", "--samples", "1000"]) > 0.8
