@@ -98,3 +98,27 @@ def test_compiled_step_is_one_graph_compiled_once(mode, one_thread):
     assert counters["stats"]["unique_graphs"] == 1
     assert compiled == selections(losses, mode, "eager")
     assert len(compiled) > 3 * (1000 // 32) // 3
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+def test_compiled_step_on_cuda_selects_what_the_cpu_selects(mode):
+    """A native device other than the CPU: the step compiled with inductor on CUDA."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    losses = torch.rand(1000, generator=torch.Generator().manual_seed(8))
+    inductor = CompileCounterWithBackend("inductor")
+    device = torch.device("cuda")
+    loader = SiftingDataloader(
+        sift_config=config(mode),
+        orig_dataloader=loss_table_loader(losses, 32),
+        loss_impl=OracleLoss(),
+        model=torch.nn.Linear(1, 1).to(device),
+        backend=EagerBackend(device, compile_step=True, compile_backend=inductor),
+    )
+    assert not loader.sifter._on_host
+    got = [ids.cpu().tolist() for _ in range(3) for ids, _ in loader]
+    assert inductor.frame_count == 1
+    assert got == selections(losses, mode, "eager")
