@@ -143,9 +143,9 @@ def report(records, args, summary_path: Path, plot_path: Path) -> None:
     print(format_tables(rows, args.markdown, columns=[("reached", "reached", None)] + DETAIL))
     plot(records, rows, plot_path)
     print(
-        "reached: seeds whose run reached the target (full's final accuracy - drop) and stayed at or above it at every "
+        f"times: the {args.clock} clock (--clock). reached: seeds whose run reached the target (full's final accuracy - drop) and stayed at or above it at every "
         "later evaluation; speedups: full's (or the fastest frontier run's) time to the target / the arm's, over those "
-        "seeds; iso-time gain: final accuracy minus the frontier's (full@x end points, linear) at the arm's wall-clock; "
+        "seeds; iso-time gain: final accuracy minus the frontier's (full@x end points, linear) at the arm's total time; "
         "acc vs full: final accuracy minus full's, points. Median [min, max] over seeds.\n"
         f"summary: {summary_path}\nplot: {plot_path}"
     )
