@@ -25,6 +25,7 @@ class ScoreTables:
         self._scores = np.full(n + 1, np.nan, dtype=np.float32)
         self._weights = np.ones(n, dtype=np.float32)
         self._uniform = True  # every weight is 1 (a full epoch)
+        self._pending: list = []  # host mode: (ids, losses) recorded but not yet written
         self._nonfinite = 0
         self._dev_scores: Optional[torch.Tensor] = None
         self._dev_weights: Optional[torch.Tensor] = None
@@ -68,23 +69,33 @@ class ScoreTables:
             self._dev_nonfinite.add_(nonfinite)
             w = gather_weights(dev_w, dev_ids)
             return weighted_mean(losses, w) if mean else w
-        detached = losses.detach()
-        values = (detached if detached.dtype == torch.float32 else detached.to(torch.float32)).numpy()
-        if np.isfinite(values.sum(dtype=np.float64)):  # one reduction instead of a mask, almost always
-            self._scores[ids] = values
-        else:
-            finite = np.isfinite(values)
-            self._scores[ids[finite]] = values[finite]
-            self._nonfinite += int((~finite).sum())
+        # Host arrays: the write is deferred to one vectorised store per flush (before any read).
+        self._pending.append((ids, losses.detach()))
+        if len(self._pending) >= 256:
+            self.flush()
         if mean and self._uniform and host_w is self._weights and losses.dtype == torch.float32:
             return losses.mean()  # a full epoch: every weight is 1
         w = host_w[ids]
         if not mean:
             return torch.from_numpy(w)
         if losses.dtype == torch.float32:  # one op forward and backward: dot with w / n
-            w *= np.float32(1.0 / values.shape[0])
+            w *= np.float32(1.0 / ids.shape[0])
             return torch.dot(losses, torch.from_numpy(w))
         return weighted_mean(losses, torch.from_numpy(w))
+
+    def flush(self) -> None:
+        """Write the recorded losses still pending into the host table (one vectorised store)."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        ids = np.concatenate([p[0] for p in pending])
+        values = torch.cat([p[1].to(torch.float32).reshape(-1) for p in pending]).numpy()
+        finite = np.isfinite(values)
+        if finite.all():
+            self._scores[ids] = values
+        else:
+            self._scores[ids[finite]] = values[finite]
+            self._nonfinite += int((~finite).sum())
 
     # -- per epoch --------------------------------------------------------------------------
 
@@ -92,10 +103,12 @@ class ScoreTables:
         """The ``[N]`` scores as a CPU float32 tensor (on a device: the one host transfer)."""
         if self.on_device:
             return self._dev_scores[: self.n].cpu()
+        self.flush()
         return torch.from_numpy(self._scores[: self.n].copy())
 
     def load_scores(self, scores: torch.Tensor) -> None:
         """Replace the scores (after a merge over ranks, or from a checkpoint)."""
+        self.flush()
         host = scores.detach().to(torch.float32).cpu().numpy()
         self._scores[: self.n] = host
         if self.on_device:
@@ -120,9 +133,11 @@ class ScoreTables:
         """Non-finite losses seen so far (one small read on a device)."""
         if self.on_device:
             return int(self._dev_nonfinite.cpu()[0])
+        self.flush()
         return self._nonfinite
 
     def set_nonfinite(self, count: int) -> None:
+        self.flush()
         self._nonfinite = int(count)
         if self.on_device:
             self._dev_nonfinite = torch.tensor([self._nonfinite], dtype=torch.int64).to(self.device)
