@@ -1,7 +1,14 @@
 """Packaging. ``kernels/`` is installed as ``neuron_sift.kernels`` (the top-level names
 ``kernels`` and ``benchmarks`` are taken on the public index, so neither is installed)."""
 
+import re
+
 from setuptools import Extension, setup
+
+# The version's single source is neuron_sift/_version.py (read, not imported: importing the
+# package needs torch, which may not be installed yet).
+with open("neuron_sift/_version.py", encoding="utf-8") as f:
+    VERSION = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
 
 # The CPU step's ranking and history update (kernels/_host.c): optional, so an install
 # without a C compiler still works (engine/cpu_step.py then uses its NumPy formulation).
@@ -15,7 +22,7 @@ HOST_KERNELS = Extension(
 
 setup(
     name="neuron-sift",
-    version="0.1.0",
+    version=VERSION,
     description="Loss-based data sifting (Selective Backprop) for PyTorch and torch-xla / AWS Trainium; "
     "a drop-in for SageMaker smart_sifting",
     long_description=open("README.md", encoding="utf-8").read(),
@@ -66,6 +73,8 @@ setup(
             "numpy>=1.24",
             "transformers>=4.40,<6",
         ],
+        # docs/: the MkDocs site (mkdocs build --strict runs in the tests, tests/test_docs.py).
+        "docs": ["mkdocs>=1.6,<2", "mkdocs-material>=9.5,<10", "mkdocstrings[python]>=1.0,<2"],
         # Neuron (torch-neuronx, neuronx-cc) is published only on AWS's repository; see README.
     },
 )

@@ -15,7 +15,7 @@ cd "$ROOT"
 LEG="${LEG:-py311}"
 
 case "$LEG" in
-    py311) PY_VERSION=3.11; VENV=.venv;       EXTRAS="xla,test,bench"; NEWEST_TORCH=0 ;;
+    py311) PY_VERSION=3.11; VENV=.venv;       EXTRAS="xla,test,bench,docs"; NEWEST_TORCH=0 ;;
     py310) PY_VERSION=3.10; VENV=.venv-py310; EXTRAS="xla,test,bench"; NEWEST_TORCH=0 ;;
     py313) PY_VERSION=3.13; VENV=.venv-py313; EXTRAS="test,bench";     NEWEST_TORCH=1 ;;
     *) echo "scripts/_env.sh: unknown LEG '$LEG' (one of: py311 py310 py313)" >&2; exit 2 ;;
