@@ -24,8 +24,7 @@ from neuron_sift.sift_config.sift_configs import (
     SiftingBaseConfig,
 )
 from neuron_sift.sift_config.epoch_config import EpochSiftConfig
-
-__version__ = "0.1.0"
+from neuron_sift._version import __version__
 
 __all__ = [
     "DefaultBatchTransform",
