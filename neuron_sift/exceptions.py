@@ -11,19 +11,42 @@ _logger = logging.getLogger("neuron_sift")
 
 
 class SiftConfigValidationException(ValueError):
-    """A sifting config has a missing, unknown, mistyped or out-of-range field."""
+    """A sifting config has a missing, unknown, mistyped or out-of-range field.
+
+    Raised when a config is built (or a dict is turned into one) and, for what only the data
+    can tell, at the first batch (a fixed-mode config that would keep no sample of a batch).
+    The message names the config and the key, so a dict config can be fixed without reading
+    the source. A ``ValueError``, so generic validation handlers catch it too.
+    """
 
 
 class UnsupportedDataFormatException(TypeError):
-    """A batch cannot be split into samples by the default handling (or by the transform)."""
+    """A batch cannot be split into samples by the default handling (or by the transform).
+
+    Raised at the first batch whose structure the default handling cannot read (its
+    messages are listed in the docs' Batches page, each with its fix: usually passing
+    ``batch_transforms`` or ``batch_format_index``), and by ``ListBatch``/``TensorBatch`` for
+    inconsistent inputs. A ``TypeError``: the batch's type, not its values, is the problem.
+    """
 
 
 class LossImplementationNotProvidedException(TypeError):
-    """``loss_impl`` is missing or has no callable ``loss(model, transformed_batch, original_batch)``."""
+    """``loss_impl`` is missing or has no callable ``loss(model, transformed_batch, original_batch)``.
+
+    Raised when the loader is built, not at the first batch, so a wrong argument (a class
+    instead of an instance, a criterion stored as ``self.loss``) fails before any data is
+    loaded; the message says which of these it is.
+    """
 
 
 class LossOutputException(ValueError):
-    """The loss did not return one finite-or-not floating value per sample on the model's device."""
+    """The loss did not return one finite-or-not floating value per sample on the model's device.
+
+    Raised when the loss returns something the selection cannot rank: not a tensor, not one
+    value per sample (a mean, per-token losses), not floating point, or on another device
+    than the model. Non-finite values are allowed (they are kept and counted). A
+    ``ValueError``.
+    """
 
 
 def add_context(exc: BaseException, note: str) -> None:

@@ -10,24 +10,56 @@ from typing import Any, Sequence, Tuple
 
 
 class SiftingBatch(abc.ABC):
-    """A batch that can be sifted and accumulated. Rows are samples."""
+    """A batch that can be sifted and accumulated. Rows are samples.
+
+    Implement it (with a ``SiftingBatchTransform``) when the default handling cannot split
+    your batches: the loader only ever selects samples by position and concatenates
+    batches, so these three methods are all it needs. ``ListBatch`` and ``TensorBatch``
+    are ready-made implementations, and the only ones whose pending samples a checkpoint
+    can save.
+    """
 
     @abc.abstractmethod
     def __len__(self) -> int:
-        """Number of samples."""
+        """Number of samples.
+
+        Returns:
+            The number of samples (rows) in the batch.
+        """
 
     @abc.abstractmethod
     def select(self, indices: Sequence[int]) -> "SiftingBatch":
-        """A new batch of the samples at ``indices`` (Python ints, in that order; may be empty)."""
+        """A new batch of the samples at ``indices``.
+
+        Args:
+            indices: positions, Python ints, in the order the new batch holds them; may be
+                empty.
+
+        Returns:
+            A new batch of the same type; this batch is left unchanged.
+        """
 
     @abc.abstractmethod
     def concat(self, others: Sequence["SiftingBatch"]) -> "SiftingBatch":
-        """A new batch: this batch's samples followed by those of ``others``."""
+        """A new batch: this batch's samples followed by those of ``others``.
+
+        Args:
+            others: batches of the same type (kept samples of later source batches).
+
+        Returns:
+            A new batch; the inputs are left unchanged.
+        """
 
     def split_at(self, n: int) -> Tuple["SiftingBatch", "SiftingBatch"]:
         """The first ``n`` samples and the rest (how a full batch is cut from pending samples).
 
         Two ``select`` calls by default; a batch type that can cut without copying overrides it.
+
+        Args:
+            n: the number of samples of the first part, ``0 <= n <= len(self)``.
+
+        Returns:
+            ``(first, rest)``: the first ``n`` samples and the remaining ones.
         """
         return self.select(range(n)), self.select(range(n, len(self)))
 
@@ -42,8 +74,24 @@ class SiftingBatchTransform(abc.ABC):
 
     @abc.abstractmethod
     def transform(self, batch: Any) -> SiftingBatch:
-        ...
+        """Turn a batch of the source loader into a ``SiftingBatch``.
+
+        Args:
+            batch: one batch as the source loader yields it.
+
+        Returns:
+            A ``SiftingBatch`` with one row per sample of ``batch``; it is what the loss
+            receives as ``transformed_batch``.
+        """
 
     @abc.abstractmethod
     def reverse_transform(self, sifting_batch: SiftingBatch) -> Any:
-        ...
+        """Turn a full batch of kept samples back into the training loop's format.
+
+        Args:
+            sifting_batch: exactly one batch size of kept samples (never empty), made of
+                rows of ``transform``'s results.
+
+        Returns:
+            The batch the training loop receives.
+        """

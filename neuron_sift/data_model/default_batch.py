@@ -342,9 +342,19 @@ _FIELDS_STRUCTURE: dict = {}
 class DefaultBatchTransform(SiftingBatchTransform):
     """Parses tensors, lists, tuples and dicts (nested) without user code.
 
-    ``nominal_batch_size``: the source loader's batch size when known (used to tell which
-    dimension of a list holds the samples). ``batch_format_index``: 0 (indexed by sample)
-    or 1 (indexed by feature) to settle an ambiguous format; None to detect.
+    What ``SiftingDataloader`` uses when ``batch_transforms`` is None; rebuilds your own
+    container types. Which dimension of a list or tuple holds the samples is decided on the
+    first batch and kept, so a short last batch cannot flip it.
+
+    Args:
+        nominal_batch_size: the source loader's batch size when known; the dimension of a
+            list or tuple whose size equals it holds the samples.
+        batch_format_index: ``0`` (the batch is indexed by sample), ``1`` (indexed by
+            feature; a bare tensor is then split along dimension 1) or None to detect.
+
+    Raises:
+        UnsupportedDataFormatException: ``batch_format_index`` is not 0, 1 or None; and, from
+            ``transform``, a batch that cannot be split (see the docs' Batches page).
     """
 
     def __init__(self, nominal_batch_size: Optional[int] = None, batch_format_index: Optional[int] = None):

@@ -7,7 +7,20 @@ from neuron_sift.exceptions import UnsupportedDataFormatException
 
 
 class ListBatch(SiftingBatch):
-    """``inputs[i]`` and ``labels[i]`` belong to sample i; ``labels`` may be None."""
+    """A ``SiftingBatch`` of Python lists: ``inputs[i]`` and ``labels[i]`` belong to sample i.
+
+    For transforms whose samples are not tensors of one shape (strings, variable-length
+    sequences, tuples); a checkpoint can save its pending samples.
+
+    Args:
+        inputs: one element per sample (any objects).
+        labels: one element per sample, or None.
+
+    Raises:
+        UnsupportedDataFormatException: ``inputs`` or ``labels`` is not a list or tuple, or
+            their lengths differ; from ``concat``, a batch of another type or with and
+            without labels mixed.
+    """
 
     def __init__(self, inputs: List[Any], labels: Optional[List[Any]] = None):
         if not isinstance(inputs, (list, tuple)):

@@ -15,7 +15,21 @@ def _index_tensor(indices, device: torch.device) -> torch.Tensor:
 
 
 class TensorBatch(SiftingBatch):
-    """``inputs`` and ``labels`` are tensors whose first dimension is the sample."""
+    """A ``SiftingBatch`` of tensors whose first dimension is the sample.
+
+    Selection is one ``index_select`` and accumulation one ``torch.cat``, on the tensors'
+    own device; a checkpoint can save its pending samples.
+
+    Args:
+        inputs: a tensor with the samples along dimension 0.
+        labels: a tensor with as many rows, or None.
+
+    Raises:
+        UnsupportedDataFormatException: ``inputs`` or ``labels`` is not a tensor with a
+            sample dimension, or their row counts differ; from ``concat``, a batch of
+            another type, with and without labels mixed, or a different per-sample shape
+            (pad to a fixed shape).
+    """
 
     def __init__(self, inputs: torch.Tensor, labels: Optional[torch.Tensor] = None):
         if not isinstance(inputs, torch.Tensor) or inputs.dim() == 0:

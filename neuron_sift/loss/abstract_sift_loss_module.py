@@ -18,6 +18,27 @@ class Loss:
     """
 
     def loss(self, model: torch.nn.Module, transformed_batch: Any, original_batch: Any = None) -> torch.Tensor:
+        """Score a batch: one loss per sample, higher meaning the sample is more worth training on.
+
+        Called by ``SiftingDataloader`` for every source batch after ``sift_delay``, under
+        ``torch.no_grad()`` with every module in eval mode (their modes are restored
+        afterwards), so the scoring pass changes neither the weights nor dropout or
+        batch-norm state.
+
+        Args:
+            model: the model given to the loader (the same object, on its own device).
+            transformed_batch: what ``batch_transforms.transform`` returned; with the
+                default handling an internal ``SiftingBatch`` (use ``original_batch``).
+            original_batch: the batch as the source loader made it. On the ``xla`` backend
+                a short last batch arrives padded to the full batch size.
+
+        Returns:
+            A floating-point tensor of shape ``[n]`` or ``[n, 1]`` on the model's device,
+            one value per row received; NaN and inf are allowed.
+
+        Raises:
+            LossImplementationNotProvidedException: this base method was not overridden.
+        """
         raise LossImplementationNotProvidedException(
             f"{type(self).__name__} subclasses Loss but does not implement "
             "loss(self, model, transformed_batch, original_batch=None) -> Tensor[n]"

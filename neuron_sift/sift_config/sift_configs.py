@@ -76,11 +76,18 @@ def _from_mapping(cls, owner_key: str, value: Mapping[str, Any]):
 class SiftingBaseConfig:
     """When sifting starts.
 
-    ``sift_delay``: number of source batches, counted from the start of training, that
-    pass through unchanged before sifting starts (during the delay each source batch is
-    one training step, so source batches and training steps coincide). No scoring forward
-    pass runs during the delay.
-    ``repeat_delay_per_epoch``: start the delay again at the beginning of every epoch.
+    Losses of an untrained model rank noise, so sifting waits until the model has learned
+    something. During the delay each source batch passes through unchanged and is one
+    training step (source batches and training steps coincide), no scoring forward pass
+    runs, and the loss history starts filling only when sifting starts.
+
+    Args:
+        sift_delay: source batches, counted from the start of training, passed through
+            unchanged before sifting starts (int >= 0).
+        repeat_delay_per_epoch: start the delay again at the beginning of every epoch.
+
+    Raises:
+        SiftConfigValidationException: a field has the wrong type or is negative.
     """
 
     sift_delay: int = 1000
@@ -97,7 +104,18 @@ class SiftingBaseConfig:
 
 @dataclass
 class LossConfig:
-    """Loss-based sifting settings; holds the ``SiftingBaseConfig`` (or an equivalent dict)."""
+    """Loss-based sifting settings: smart_sifting's wrapper around the ``SiftingBaseConfig``.
+
+    Kept for smart_sifting's constructor chain
+    (``RelativeProbabilisticSiftConfig(loss_based_sift_config=LossConfig(sift_config=...))``).
+
+    Args:
+        sift_config: a ``SiftingBaseConfig`` or an equivalent dict.
+
+    Raises:
+        SiftConfigValidationException: ``sift_config`` is neither, or a key of the dict is
+            unknown, missing or invalid.
+    """
 
     sift_config: Union[SiftingBaseConfig, Mapping[str, Any]] = field(default_factory=SiftingBaseConfig)
 
@@ -118,21 +136,34 @@ class LossConfig:
 
 @dataclass
 class RelativeProbabilisticSiftConfig:
-    """The sifting rule: keep a sample with probability ``percentile ** beta_value``.
+    """The per-batch sifting rule: keep a sample with probability ``percentile ** beta_value``.
 
-    ``beta_value`` (> 0): expected kept share is ``1 / (1 + beta_value)``.
-    ``loss_history_length`` (int >= 1): how many of the most recent per-sample losses a
-    new loss is ranked against.
-    ``loss_based_sift_config``: a ``LossConfig`` or an equivalent dict.
-    ``selection_mode`` (neuron_sift addition): ``"probabilistic"`` (default, smart_sifting
-    semantics) or ``"fixed"`` (exactly ``round(B / (1 + beta))`` samples of each source
-    batch of size B, no host reads, known length).
-    ``seed`` (neuron_sift addition): seed of the selection draws; ``None`` takes
-    ``torch.initial_seed()`` when the loader is built, so ``torch.manual_seed`` makes runs
-    repeatable.
-    ``global_loss_history`` (neuron_sift addition): under ``torch.distributed``, rank each
-    loss against the recent losses of all ranks (one all-gather of the batch's losses per
-    source batch), so selection does not depend on how data was partitioned.
+    A loss is ranked against recent losses rather than compared with a threshold, so the
+    rule needs no tuning to the loss's scale and follows it as training lowers it. Validated
+    at construction; every config may also be given as a (nested) dict.
+
+    Args:
+        beta_value: > 0; the expected kept share is ``1 / (1 + beta_value)`` while losses
+            are stationary (less while the model learns fast).
+        loss_history_length: int >= 1; how many of the most recent per-sample losses a
+            new loss is ranked against. Shorter follows a falling loss more closely.
+        loss_based_sift_config: a ``LossConfig`` or an equivalent dict (holds
+            ``sift_delay``).
+        selection_mode: neuron_sift addition. ``"probabilistic"`` (default, smart_sifting's
+            semantics: each sample kept independently) or ``"fixed"`` (exactly
+            ``round(B / (1 + beta))`` samples of each source batch of size B: no host
+            reads on XLA, an exact ``len()``, equal steps on every rank without
+            communication).
+        seed: neuron_sift addition. Seed of the selection draws (int >= 0); None takes
+            ``torch.initial_seed()`` when the loader is built, so ``torch.manual_seed``
+            makes runs repeatable.
+        global_loss_history: neuron_sift addition. Under ``torch.distributed``, rank each
+            loss against the recent losses of all ranks (one all-gather per source batch),
+            so selection does not depend on how the data was partitioned.
+
+    Raises:
+        SiftConfigValidationException: a field is missing, unknown (in a dict), of the
+            wrong type or out of range; the message names the key.
     """
 
     beta_value: float
@@ -175,7 +206,17 @@ class RelativeProbabilisticSiftConfig:
         return self.loss_based_sift_config.sift_config
 
     def fixed_keep_count(self, batch_size: int) -> int:
-        """``round(B / (1 + beta))`` with halves rounded up (not Python's banker's rounding)."""
+        """Samples fixed mode keeps of a source batch: ``round(B / (1 + beta))``, halves rounded up.
+
+        Halves round up, not to even as Python's ``round`` does.
+
+        Args:
+            batch_size: B, the source batch's size.
+
+        Returns:
+            The number of samples kept (0 when ``B / (1 + beta) < 0.5``; the loader then
+            raises ``SiftConfigValidationException`` at the first batch).
+        """
         return int(math.floor(batch_size / (1.0 + self.beta_value) + 0.5))
 
 
