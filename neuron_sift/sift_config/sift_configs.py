@@ -143,7 +143,7 @@ class RelativeProbabilisticSiftConfig:
     at construction; every config may also be given as a (nested) dict.
 
     Args:
-        beta_value: > 0; the expected kept share is ``1 / (1 + beta_value)`` while losses
+        beta_value: a number above 0; the expected kept share is ``1 / (1 + beta_value)`` while losses
             are stationary (less while the model learns fast).
         loss_history_length: int >= 1; how many of the most recent per-sample losses a
             new loss is ranked against. Shorter follows a falling loss more closely.
