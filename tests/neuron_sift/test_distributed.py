@@ -1,43 +1,17 @@
 """Data-parallel sifting under torchrun + gloo: equal steps per rank, no hang, synced params."""
 
-import json
 import os
-import socket
-import subprocess
-import sys
 
 import pytest
 
+from tests.neuron_sift import torchrun
+from tests.neuron_sift.torchrun import results
+
 WORKER = os.path.join(os.path.dirname(__file__), "ddp_worker.py")
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
-TIMEOUT_S = 240  # a hang fails the test instead of blocking CI
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch(tmp_path, world, *args, tag="run"):
-    out = tmp_path / tag
-    out.mkdir(exist_ok=True)
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={world}", "--nnodes=1",
-        "--master_addr=127.0.0.1", f"--master_port={free_port()}", WORKER, "--out", str(out), *args,
-    ]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, env=env, cwd=ROOT)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"distributed run hung for {TIMEOUT_S} s: {' '.join(args)}")
-    assert done.returncode == 0, done.stderr[-4000:]
-    return out
-
-
-def results(out, world, resumed=False):
-    suffix = "_resumed" if resumed else ""
-    return [json.loads((out / f"rank{r}{suffix}.json").read_text()) for r in range(world)]
+    return torchrun.launch(WORKER, tmp_path, world, *args, tag=tag)
 
 
 @pytest.mark.slow

@@ -7,7 +7,6 @@ of the last sifted epoch, the final parameters, and how many all-reduces sifting
 """
 
 import argparse
-import gc
 import hashlib
 import json
 import os
@@ -19,6 +18,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 
 from neuron_sift import EpochSiftingDataloader
+from tests.neuron_sift.torchrun import release_process_group
 
 CALLS = {"all_reduce": 0}
 
@@ -92,22 +92,8 @@ def main() -> None:
                    "params": params, "all_reduce": CALLS["all_reduce"],
                    "kept": [h["kept"] for h in loader.history]}, f)
     dist.barrier()
-    del model  # DDP (and its reducer) hold the process group: see release_process_group
+    del model  # DDP (and its reducer) hold the process group: see torchrun.release_process_group
     release_process_group()
-
-
-def release_process_group() -> None:
-    """Destroy the process group once nothing holds it, so gloo's threads are joined now.
-
-    DistributedDataParallel (and its C++ reducer) keep a reference to the process group, so
-    ``destroy_process_group()`` alone leaves the gloo group alive until interpreter exit,
-    where destroying it can abort the process ("terminate called without an active
-    exception", SIGABRT, after all work is done; seen on torch 2.13 to 2.15, about one run
-    in fifteen under load). A torch defect: pytorch/pytorch#109478 (a process group is not
-    destroyed at exit), PR #179291 (gloo threads at interpreter finalization, abandoned).
-    """
-    gc.collect()  # DDP's hooks form reference cycles: collect them while torch is alive
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
