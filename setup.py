@@ -32,7 +32,6 @@ setup(
     # Python 3.13 with the newest torch on the index.
     python_requires=">=3.10,<3.14",
     classifiers=[
-        "License :: OSI Approved :: Apache Software License",
         "Operating System :: POSIX :: Linux",
         "Programming Language :: Python :: 3",
         "Programming Language :: Python :: 3 :: Only",
