@@ -4,7 +4,8 @@ Fairness, per seed: the same initial weights (built once, copied into every arm)
 data order (``EpochOrder``: one permutation per seed and epoch, the same for every arm),
 the same optimizer, and a cosine learning-rate schedule that decays to 0 at the end of the
 arm's *own* run (``CosineSchedule``: over its planned steps, or epoch by epoch when each
-epoch's length is known only when it is planned). Wall-clock covers everything the
+epoch's length is known only when it is planned), after a linear warm-up over the task's
+``warmup`` share of that same run (0 for most tasks). Wall-clock covers everything the
 training loop waits for, scoring forwards and selection included; the clock is paused
 while test accuracy is evaluated (``evals_per_epoch`` times per epoch of source data).
 The arms of a seed run in a seeded random order, so a drift in the machine's speed does
@@ -78,12 +79,20 @@ class CosineSchedule:
     (``epochs`` given): call ``begin_epoch(steps)`` when the epoch's length is known; each
     ``step()`` then advances ``1 / (epochs * steps)``, so the schedule ends at 0 after the
     last epoch whatever each epoch's length.
+
+    ``warmup`` (a share of the run, 0 to < 1): the factor rises linearly from 0 to 1 over
+    that first share of the progress, then the cosine decays from 1 to 0 over the rest. It
+    is a share of the arm's own run, like the decay, so every arm warms up alike.
     """
 
-    def __init__(self, optimizer, total_steps: Optional[int] = None, epochs: Optional[int] = None):
+    def __init__(self, optimizer, total_steps: Optional[int] = None, epochs: Optional[int] = None,
+                 warmup: float = 0.0):
+        if not 0.0 <= warmup < 1.0:
+            raise ValueError(f"warmup must be in [0, 1), got {warmup}")
         self.optimizer = optimizer
         self.base = [g["lr"] for g in optimizer.param_groups]
         self.total_steps, self.epochs = total_steps, epochs
+        self.warmup = float(warmup)
         self.progress = 0.0
         self.epoch_start = 0.0
         self.epoch_steps = 0
@@ -91,8 +100,14 @@ class CosineSchedule:
         self.planned = total_steps
         self._set()
 
+    def factor(self) -> float:
+        p = min(max(self.progress, 0.0), 1.0)
+        if p < self.warmup:
+            return p / self.warmup
+        return 0.5 * (1.0 + math.cos(math.pi * (p - self.warmup) / (1.0 - self.warmup)))
+
     def _set(self):
-        f = 0.5 * (1.0 + math.cos(math.pi * min(max(self.progress, 0.0), 1.0)))
+        f = self.factor()
         for g, base in zip(self.optimizer.param_groups, self.base):
             g["lr"] = base * f
 
@@ -197,13 +212,13 @@ class ArmContext:
         return tuple(t.to(self.device) for t in tensors)
 
     def step_schedule(self, total_steps: int) -> CosineSchedule:
-        self.schedule = CosineSchedule(self.optimizer, total_steps=int(total_steps))
+        self.schedule = CosineSchedule(self.optimizer, total_steps=int(total_steps), warmup=self.task.warmup)
         if self.progress is not None:
             self.progress.total = int(total_steps)
         return self.schedule
 
     def epoch_schedule(self, epochs: int) -> CosineSchedule:
-        self.schedule = CosineSchedule(self.optimizer, epochs=int(epochs))
+        self.schedule = CosineSchedule(self.optimizer, epochs=int(epochs), warmup=self.task.warmup)
         return self.schedule
 
     def evaluate(self, resume: bool = True) -> float:

@@ -114,6 +114,21 @@ def test_cosine_schedule_decays_to_zero_and_never_steps_past_its_end():
     assert [runner.cosine_factor(10)(i) for i in (0, 10, 25)] == [1.0, pytest.approx(0.0, abs=1e-12), lrs[10] / 2]
 
 
+def test_warmup_rises_linearly_then_decays_by_cosine_over_the_rest_of_the_run():
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=2.0)
+    lrs = _lrs(runner.CosineSchedule(opt, total_steps=20, warmup=0.1), opt, 22)
+    assert lrs[:3] == [0.0, pytest.approx(1.0), pytest.approx(2.0)]  # 2 warm-up steps of 20
+    assert lrs[11] == pytest.approx(1.0) and lrs[20] == pytest.approx(0.0, abs=1e-12) and lrs[22] == lrs[20]
+    assert all(a >= b for a, b in zip(lrs[2:], lrs[3:]))
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = runner.CosineSchedule(opt, epochs=2, warmup=0.25)  # by epochs: a quarter of the run, half an epoch
+    sched.begin_epoch(4)
+    assert _lrs(sched, opt, 4) == [0.0, pytest.approx(0.5), pytest.approx(1.0), pytest.approx(0.5 * (1 + math.cos(math.pi / 6))),
+                                   pytest.approx(0.5 * (1 + math.cos(math.pi / 3)))]
+    with pytest.raises(ValueError):
+        runner.CosineSchedule(opt, total_steps=10, warmup=1.0)
+
+
 def test_epoch_schedule_spends_each_epoch_whatever_its_length_and_ends_at_zero():
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     sched = runner.CosineSchedule(opt, epochs=4)
