@@ -23,12 +23,12 @@
   whole run and ends short of 100%. Adam at 2e-3 with a linear warm-up over the first 10%
   of each arm's own run (``warmup``), then the usual cosine decay. ``full`` ended at 90.75%,
   91.05% and 91.95% with seeds 0, 1, 2 (README); shorter full-data runs (``full@0.4`` to
-  ``full@0.8``) can still end before they leave the early plateau (44-88%). The previous version (800 cue words, lr
-  1e-3, no warm-up, BERT's default dropout 0.1) left ``full`` on a plateau near 65% in 2
-  seeds of 3: the model told the two leading classes apart from the rest but not from each
-  other (a lead of one); attention dropout blurs exactly that count, and without warm-up
-  and at the lower rate the seeds that escaped did so by luck. The first version (4
-  keywords, no lexicon) had every arm at 98-100%.
+  ``full@0.8``) can still end before they leave the early plateau (44-88%). The previous
+  version (800 cue words, lr 1e-3, no warm-up, BERT's default dropout 0.1) left ``full``
+  on a plateau near 65% in 2 seeds of 3: the model told the two leading classes apart
+  from the rest but not from each other (a lead of one); attention dropout blurs exactly
+  that count, and without warm-up and at the lower rate the seeds that escaped did so by
+  luck. The first version (4 keywords, no lexicon) had every arm at 98-100%.
 * ``digits``: scikit-learn's bundled 8x8 digits and an MLP; the seconds-long smoke task.
 """
 
@@ -303,5 +303,6 @@ def model_description(task: TaskConfig) -> str:
     return {
         "mnist1d": "CNN1D conv(1-32,k5) conv(32-32,k3,s2) conv(32-32,k3,s2) linear(320-10)",
         "digits": "MLP 64-128-10",
-        "bert": f"BertForSequenceClassification(hidden 64, 2 layers, 2 heads, ffn 128, no dropout, vocab {BERT_VOCAB}, len {BERT_LEN})",
+        "bert": f"BertForSequenceClassification(hidden 64, 2 layers, 2 heads, ffn 128, no dropout, "
+                f"vocab {BERT_VOCAB}, len {BERT_LEN})",
     }["mnist1d" if task.name.startswith("mnist1d") else task.name]
