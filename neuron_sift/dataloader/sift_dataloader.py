@@ -47,6 +47,18 @@ class SiftingCounts:
     ``num_samples_dropped``: kept samples a data-parallel rank let go because its pending
     samples reached ``max_pending`` while its peers kept fewer (always 0 in one process and
     in fixed mode).
+
+    Attributes:
+        num_orig_samples_seen: source samples that reached the loader (delayed ones included).
+        num_orig_samples_kept: samples kept (delayed ones included).
+        num_orig_samples_sifted: samples left out.
+        num_samples_emitted: samples handed to the training loop.
+        num_samples_pending: kept samples waiting for a full batch.
+        num_batches_emitted: batches handed to the training loop.
+        num_source_batches: source batches read.
+        num_source_batches_delayed: source batches passed through during ``sift_delay``.
+        num_nonfinite_losses: NaN or infinite losses seen (kept, never recorded in the history).
+        num_samples_dropped: kept samples dropped under the data-parallel backlog bound.
     """
 
     num_orig_samples_seen: int = 0
@@ -78,6 +90,47 @@ class SiftingDataloader:
     writes nothing to disk or network: logs go to the ``logging`` handlers you configure.
     ``max_pending`` (neuron_sift addition): under data-parallel agreement in probabilistic
     mode, the most kept samples a rank holds back (default four batches); see README.
+
+    Args:
+        sift_config: a ``RelativeProbabilisticSiftConfig`` or an equivalent dict.
+        orig_dataloader: any iterable of batches; a ``torch.utils.data.DataLoader`` (or
+            torch-xla's ``MpDeviceLoader`` around one) also gives the batch size and the
+            planned length.
+        batch_transforms: a ``SiftingBatchTransform``, or None for the default handling of
+            tensors, lists, tuples and dicts.
+        loss_impl: a ``Loss``, or any object with ``loss(model, transformed_batch,
+            original_batch=None)`` returning one loss per sample.
+        model: the ``torch.nn.Module`` that scores the samples (a LightningModule works; under
+            DDP pass the plain module). The backend follows its device.
+        log_batch_data: log each source batch's losses, kept losses and kept indices at INFO
+            (host reads; for pilot runs).
+        batch_format_index: ``0`` (indexed by sample) or ``1`` (indexed by feature) to settle
+            an ambiguous list or tuple batch; None to detect.
+        backend: ``"eager"``, ``"compiled"`` (the step as one ``torch.compile`` graph),
+            ``"xla"``, a backend object, or None to follow the model's device.
+        log_batch_contents: also log each emitted batch's contents.
+        distributed: None follows ``torch.distributed`` (the ranks agree on equal steps when a
+            process group is initialised); False opts out.
+        max_pending: probabilistic mode under data-parallel agreement: the most kept samples a
+            rank holds back (None: four batches); newly kept samples beyond it are dropped and
+            counted.
+
+    Yields:
+        Batches of exactly ``batch_size`` kept samples in the source loader's own format
+        (through ``reverse_transform`` when a transform is given).
+
+    Raises:
+        SiftConfigValidationException: the config is invalid (at construction), or fixed mode
+            would keep no sample of a batch (at the first batch).
+        LossImplementationNotProvidedException: ``loss_impl`` is missing or has no usable
+            ``loss`` method.
+        TypeError: ``orig_dataloader`` is not iterable, ``model`` is not a module, or an
+            argument has the wrong type.
+        ValueError: an unknown backend, or one that cannot run on the model's device.
+        LossOutputException: while iterating, the loss did not return one floating value per
+            sample on the model's device.
+        UnsupportedDataFormatException: while iterating, a batch the default handling cannot
+            split.
     """
 
     def __init__(
@@ -203,6 +256,9 @@ class SiftingDataloader:
         schedule or a Trainer sized from ``len(loader)`` ends near its planned end; the
         actual count varies by a few batches. Raises ``TypeError`` when the source loader
         has no length (like a DataLoader over an IterableDataset).
+
+        Returns:
+            The number of batches of the next epoch (or of the rest of a resumed one).
         """
         return self.estimated_length()
 
@@ -564,6 +620,18 @@ class SiftingDataloader:
         Plans from the start of the next epoch, or, after ``load_state_dict()`` of a
         checkpoint taken mid-epoch, from where the resumed epoch continues. Raises
         ``TypeError`` when the source loader has no length.
+
+        Args:
+            epochs: how many epochs to plan (int >= 1).
+
+        Returns:
+            ``(batches, scored)``: the batches of each of the next ``epochs`` epochs, and the
+            number of source samples they score.
+
+        Raises:
+            TypeError: the source loader has no length.
+            ValueError: ``epochs`` is not an int >= 1.
+            SiftConfigValidationException: fixed mode would keep no sample of a batch.
         """
         return plan_epochs(self, epochs, self._resume_skip or 0)
 
@@ -578,6 +646,13 @@ class SiftingDataloader:
         ``torch.load(path, weights_only=True)``, on either backend. Call it between batches
         (e.g. right after a training step); a run resumed from it, with the same source
         data order, emits exactly the batches the uninterrupted run would have emitted.
+
+        Returns:
+            A dict of tensors (on the CPU) and plain Python values.
+
+        Raises:
+            TypeError: pending samples of a custom ``SiftingBatch`` type other than ``ListBatch``
+                or ``TensorBatch`` cannot be saved; save when ``num_pending == 0``.
         """
         return loader_state(self)
 
@@ -588,6 +663,14 @@ class SiftingDataloader:
         consumed (they are still loaded, not scored), so the source loader must produce the
         same order again (e.g. a seeded sampler with ``set_epoch``). ``beta_value`` may
         differ from the checkpoint's; the selection mode and history length may not.
+
+        Args:
+            state: a dict returned by ``state_dict()`` of a loader of the same selection mode and
+                history length, on this rank of the same world size.
+
+        Raises:
+            ValueError: not a ``SiftingDataloader`` state, a state of another rank or world size,
+                a different selection mode or history length, or an inconsistent state.
         """
         restore_loader_state(self, state)
 
@@ -613,6 +696,9 @@ class SiftingDataloader:
 
         Right after ``load_state_dict()`` and before the first scored batch, restored
         samples have no container types yet; they are reported through the checkpoint.
+
+        Returns:
+            A ``SiftingBatch`` of the pending samples, or None when none are pending.
         """
         if self._staging is not None and len(self._staging):
             return self._staging.pending_batch()
@@ -627,7 +713,13 @@ class SiftingDataloader:
         return sum(v[0] for k, v in self.timings.items() if k != "calculate_relevance_values")
 
     def metrics(self) -> dict:
-        """Counts (host) plus the device counters and history fill (one host read)."""
+        """Counts (host) plus the device counters and history fill (one host read).
+
+        Returns:
+            A dict: the fields of ``counts``, ``history_fill``, the device counters
+            (``device_num_scored``, ``device_num_kept``, ``device_num_nonfinite``), ``timings``
+            (seconds and calls per phase), ``machinery_seconds`` and ``kept_share``.
+        """
         out = self.counts.as_dict()
         st = self.sifter.state
         fill, scored, kept, nonfinite = self.backend.to_host(

@@ -41,6 +41,24 @@ class EpochSiftingDataloader:
     ``distributed`` (None: follow ``torch.distributed``; True/False) as in
     ``SiftingDataloader``. ``device``: where the score tables live (default: the device of
     the first losses passed to ``weighted_loss``); also the collective device for nccl.
+
+    Args:
+        sift_config: an ``EpochSiftConfig`` or an equivalent dict.
+        orig_dataloader: a ``torch.utils.data.DataLoader`` over a map-style dataset with a
+            length and a batch size (or a wrapper such as ``MpDeviceLoader`` around one).
+        num_epochs: the run's length in epochs (int >= 1), or None.
+        backend: ``"eager"``, ``"compiled"``, ``"xla"`` or None to follow the losses' device.
+        distributed: None follows ``torch.distributed``; True or False forces it.
+        device: where the score tables live; None places them with the first losses.
+
+    Yields:
+        The source loader's own batches, of the samples the epoch's plan keeps, in the plan's
+        order. Pass each batch's per-sample losses to ``weighted_loss``.
+
+    Raises:
+        SiftConfigValidationException: the config is invalid.
+        TypeError: the source is not a DataLoader over a dataset with a length and a batch size.
+        ValueError: an empty dataset, ``num_epochs`` not an int >= 1, or an unknown backend.
     """
 
     def __init__(
@@ -138,7 +156,18 @@ class EpochSiftingDataloader:
         """Batches this rank trains from now on: the rest of an epoch in progress plus the next
         epochs, up to ``num_epochs`` (``epochs``: that many epochs, the one in progress counted
         first). Exact with a budget; for unbudgeted sifted epochs the expected count (the
-        config's expected share, rounded to whole batches as the planner rounds)."""
+        config's expected share, rounded to whole batches as the planner rounds).
+
+        Args:
+            epochs: how many epochs to count (int >= 1), or None for the rest of ``num_epochs``.
+
+        Returns:
+            The number of batches (optimizer steps without accumulation) this rank trains.
+
+        Raises:
+            ValueError: ``epochs`` is None and the loader has no ``num_epochs``, or ``epochs`` is
+                not an int >= 1.
+        """
         current = self._in_progress and self._position < len(self._batches)
         if epochs is None:
             if self.num_epochs is None:
@@ -166,7 +195,11 @@ class EpochSiftingDataloader:
 
     def start_epoch(self) -> EpochPlan:
         """Plan the next epoch now (``len()`` and ``plan`` then describe it); the next
-        ``iter()`` runs it. Does nothing if an epoch is already planned and not yet iterated."""
+        ``iter()`` runs it. Does nothing if an epoch is already planned and not yet iterated.
+
+        Returns:
+            The epoch's ``EpochPlan``.
+        """
         if not self._planned_ahead and not self._resume:
             self._begin_epoch()
             self._planned_ahead = True
@@ -302,6 +335,17 @@ class EpochSiftingDataloader:
         (counted in ``metrics()``) and stay in the returned mean, as without sifting.
         Raises ``LossOutputException`` on a wrong shape, length, dtype or device, or when no
         yielded batch is waiting (see ``neuron_sift/epoch/pairing.py``).
+
+        Args:
+            per_sample: the losses of the oldest batch still waiting, one per sample.
+            partial: the losses are a micro-batch of that batch (the next ``n`` samples).
+
+        Returns:
+            A 0-dim tensor, the weighted mean to call ``backward()`` on; its expectation over the
+            epoch's draws is the full-data mean loss.
+
+        Raises:
+            LossOutputException: a wrong shape, length, dtype or device, or no batch is waiting.
         """
         start = time.perf_counter()
         if not isinstance(per_sample, torch.Tensor):
@@ -380,7 +424,14 @@ class EpochSiftingDataloader:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore a ``state_dict()``; the next ``iter()`` continues where it was taken."""
+        """Restore a ``state_dict()``; the next ``iter()`` continues where it was taken.
+
+        Args:
+            state: a dict returned by ``state_dict()`` of a loader with the same settings.
+
+        Raises:
+            ValueError: not an ``EpochSiftingDataloader`` state, or one taken with other settings.
+        """
         if not isinstance(state, dict) or state.get("kind") != "EpochSiftingDataloader" or state.get("version") != STATE_VERSION:
             raise ValueError(f"not an EpochSiftingDataloader state (version {STATE_VERSION} expected)")
         for key, mine in (("n", self.n), ("batch_size", self.batch_size), ("world_size", self.ranks.world_size),

@@ -69,12 +69,16 @@ class EpochSiftConfig:
     ``seed`` (None: the source DataLoader's generator seed if it has one, else
     ``torch.initial_seed()`` when the loader is built): seeds each epoch's order and draws.
 
-    ``noise_guard_epochs`` (0: off; 3 measured best), ``noise_guard_quantile`` (default 0.8): the label-noise
+    ``noise_guard_epochs`` (0: off), ``noise_guard_quantile`` (default 0.8): the label-noise
     guard. A sample whose score was at or above the ``noise_guard_quantile`` of all scores
     in each of the last ``noise_guard_epochs`` epochs in which it was trained is treated as
     likely mislabeled and left out of sifted epochs (warm-up and annealing epochs still
     train on it). This deliberately changes the objective (those samples no longer count)
-    and is not unbiased for them; see the README.
+    and is not unbiased for them; see the docs' How sifting works (Label noise: the guard).
+
+    Raises:
+        SiftConfigValidationException: a field is missing, unknown (in a dict), of the
+            wrong type or out of range; the message names the key.
     """
 
     policy: str = "percentile"
