@@ -115,9 +115,8 @@ class SiftingDataloader:
             rank holds back (None: four batches); newly kept samples beyond it are dropped and
             counted.
 
-    Yields:
-        Batches of exactly ``batch_size`` kept samples in the source loader's own format
-        (through ``reverse_transform`` when a transform is given).
+    Iterating yields batches of exactly ``batch_size`` kept samples in the source loader's own
+    format (through ``reverse_transform`` when a transform is given).
 
     Raises:
         SiftConfigValidationException: the config is invalid (at construction), or fixed mode

@@ -51,9 +51,8 @@ class EpochSiftingDataloader:
         distributed: None follows ``torch.distributed``; True or False forces it.
         device: where the score tables live; None places them with the first losses.
 
-    Yields:
-        The source loader's own batches, of the samples the epoch's plan keeps, in the plan's
-        order. Pass each batch's per-sample losses to ``weighted_loss``.
+    Iterating yields the source loader's own batches, of the samples the epoch's plan keeps,
+    in the plan's order. Pass each batch's per-sample losses to ``weighted_loss``.
 
     Raises:
         SiftConfigValidationException: the config is invalid.
