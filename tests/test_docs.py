@@ -65,3 +65,13 @@ def test_api_reference_shows_every_export(site):
         if name == "__version__":
             continue
         assert re.search(rf'id="neuron_sift\.{name}"', html), f"the API reference has no entry for {name}"
+
+
+def test_readme_links_resolve():
+    """README.md is read on GitHub and PyPI, outside the site: its relative links must name
+    files that exist (mkdocs checks only docs/)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    relative = [link.split("#")[0] for link in links if not re.match(r"[a-z]+://|#|mailto:", link)]
+    missing = [link for link in relative if not (ROOT / link).exists()]
+    assert missing == []
