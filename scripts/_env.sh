@@ -16,8 +16,8 @@ LEG="${LEG:-py311}"
 
 case "$LEG" in
     py311) PY_VERSION=3.11; VENV=.venv;       EXTRAS="xla,test,bench,docs"; NEWEST_TORCH=0 ;;
-    py310) PY_VERSION=3.10; VENV=.venv-py310; EXTRAS="xla,test,bench"; NEWEST_TORCH=0 ;;
-    py313) PY_VERSION=3.13; VENV=.venv-py313; EXTRAS="test,bench";     NEWEST_TORCH=1 ;;
+    py310) PY_VERSION=3.10; VENV=.venv-py310; EXTRAS="xla,test,bench";      NEWEST_TORCH=0 ;;
+    py313) PY_VERSION=3.13; VENV=.venv-py313; EXTRAS="test,bench,docs"; NEWEST_TORCH=1 ;;
     *) echo "scripts/_env.sh: unknown LEG '$LEG' (one of: py311 py310 py313)" >&2; exit 2 ;;
 esac
 
@@ -59,8 +59,10 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PY="$ROOT/$VENV/bin/python"
 STAMP="$VENV/.neuron_sift_installed"
-# Reinstall when the packaging or the C kernel (built in place by the editable install) changed.
-if [ ! -f "$STAMP" ] || [ setup.py -nt "$STAMP" ] || [ kernels/_host.c -nt "$STAMP" ]; then
+# Reinstall when the packaging, the C kernel (built in place by the editable install) or the
+# leg's extras changed; the stamp holds the extras it was made with.
+if [ ! -f "$STAMP" ] || [ setup.py -nt "$STAMP" ] || [ kernels/_host.c -nt "$STAMP" ] \
+    || [ "$(cat "$STAMP")" != "$EXTRAS" ]; then
     PIP=("$PY" -m pip)
     if [ "$NEWEST_TORCH" = 1 ]; then
         # The newest torch on the index, whatever cap a machine's pip configuration sets
@@ -73,7 +75,7 @@ if [ ! -f "$STAMP" ] || [ setup.py -nt "$STAMP" ] || [ kernels/_host.c -nt "$STA
     if [ "$NEWEST_TORCH" = 1 ]; then
         "${PIP[@]}" install --quiet --upgrade torch
     fi
-    touch "$STAMP"
+    echo "$EXTRAS" > "$STAMP"
 fi
 export VENV PY
 export PJRT_DEVICE="${PJRT_DEVICE:-CPU}"

@@ -47,7 +47,11 @@ print(f"Python {v}, torch {torch.__version__}, torch-xla {x}")')"
             export NEURON_SIFT_REQUIRE_XLA=1
         fi
         # The docs extra is installed on this leg only: there a missing mkdocs fails tests/test_docs.py.
-        if [ "$leg" = py311 ]; then export NEURON_SIFT_REQUIRE_DOCS=1; fi
+        if [ "$leg" = py310 ]; then
+            deselect+=("not docs")  # the docs toolchain's releases for Python 3.10 fail together
+        else
+            export NEURON_SIFT_REQUIRE_DOCS=1
+        fi
         if ! "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then
             deselect+=("not cuda")  # no CUDA device here
         fi

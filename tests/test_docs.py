@@ -1,7 +1,9 @@
 """The documentation site builds with ``mkdocs build --strict``: a broken link, a link to a
 missing anchor, a page left out of the nav or an API reference entry that does not resolve
-fails. Needs the ``docs`` extra; with NEURON_SIFT_REQUIRE_DOCS=1 (set by scripts/test.sh on
-the py311 leg) a missing extra fails instead of skipping."""
+fails. Needs the ``docs`` extra (marker ``docs``); with NEURON_SIFT_REQUIRE_DOCS=1 (set by
+scripts/test.sh on the legs that install it) a missing extra fails instead of skipping. The
+py310 leg deselects these tests: the toolchain's current releases (mkdocstrings >= 1.0.7)
+need Python 3.11, and the last ones for 3.10 fail to build together."""
 
 import importlib.util
 import os
@@ -49,16 +51,19 @@ def site(tmp_path_factory):
     return out
 
 
+@pytest.mark.docs
 def test_site_builds_strict(site):
     assert (site / "index.html").is_file()
 
 
+@pytest.mark.docs
 def test_every_docs_page_is_built(site):
     for page in (ROOT / "docs").glob("*.md"):
         built = site / ("index.html" if page.stem == "index" else f"{page.stem}/index.html")
         assert built.is_file(), f"{page.name} was not built"
 
 
+@pytest.mark.docs
 def test_api_reference_shows_every_export(site):
     html = (site / "api" / "index.html").read_text(encoding="utf-8")
     for name in neuron_sift.__all__:
