@@ -15,6 +15,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from neuron_sift.metrics.sifting_metrics import find_wrapped
+
 logger = logging.getLogger("neuron_sift.epoch.loader")
 
 SCALARS = (
@@ -32,28 +34,11 @@ SCALARS = (
 )
 
 
-def find_epoch_loader(obj: Any, _depth: int = 0):
+def find_epoch_loader(obj: Any):
     """The ``EpochSiftingDataloader`` in ``obj`` (itself, a wrapper's attribute, a list/dict)."""
     from neuron_sift.epoch.loader import EpochSiftingDataloader
 
-    if _depth > 6 or obj is None:
-        return None
-    if isinstance(obj, EpochSiftingDataloader):
-        return obj
-    for name in ("epoch_sifting_dataloader", "loader", "iterables"):
-        inner = getattr(obj, name, None)
-        if inner is not None and inner is not obj:
-            found = find_epoch_loader(inner, _depth + 1)
-            if found is not None:
-                return found
-    if isinstance(obj, dict):
-        obj = list(obj.values())
-    if isinstance(obj, (list, tuple)):
-        for item in obj:
-            found = find_epoch_loader(item, _depth + 1)
-            if found is not None:
-                return found
-    return None
+    return find_wrapped(obj, EpochSiftingDataloader, ("epoch_sifting_dataloader", "loader", "iterables"))
 
 
 @dataclass

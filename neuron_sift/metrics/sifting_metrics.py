@@ -22,7 +22,7 @@ same scalars.
 import logging
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
 
@@ -33,28 +33,35 @@ LOADER_LOGGER = "neuron_sift.dataloader.sift_dataloader"
 DEFAULT_QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 
 
-def find_sifting_loader(obj: Any, _depth: int = 0) -> Optional[SiftingDataloader]:
-    """The ``SiftingDataloader`` in ``obj``: the loader itself, a wrapper's ``sifting_dataloader``
-    attribute (``ExactLengthLoader``, a Trainer after ``enable_sifting``), Lightning's
-    ``CombinedLoader.iterables``, or the first one in a list, tuple or dict. None if none."""
+def find_wrapped(obj: Any, kind: type, attributes: Tuple[str, ...], _depth: int = 0) -> Any:
+    """The first ``kind`` instance in ``obj``: ``obj`` itself, what one of ``attributes`` of a
+    wrapper holds, or the first one in a list, tuple or dict (searched six levels deep). None
+    if none. Both kinds of sifting find their loader behind Trainer and Lightning wrappers so."""
     if _depth > 6 or obj is None:
         return None
-    if isinstance(obj, SiftingDataloader):
+    if isinstance(obj, kind):
         return obj
-    for name in ("sifting_dataloader", "iterables"):
+    for name in attributes:
         inner = getattr(obj, name, None)
         if inner is not None and inner is not obj:
-            found = find_sifting_loader(inner, _depth + 1)
+            found = find_wrapped(inner, kind, attributes, _depth + 1)
             if found is not None:
                 return found
     if isinstance(obj, dict):
         obj = list(obj.values())
     if isinstance(obj, (list, tuple)):
         for item in obj:
-            found = find_sifting_loader(item, _depth + 1)
+            found = find_wrapped(item, kind, attributes, _depth + 1)
             if found is not None:
                 return found
     return None
+
+
+def find_sifting_loader(obj: Any) -> Optional[SiftingDataloader]:
+    """The ``SiftingDataloader`` in ``obj``: the loader itself, a wrapper's ``sifting_dataloader``
+    attribute (``ExactLengthLoader``, a Trainer after ``enable_sifting``), Lightning's
+    ``CombinedLoader.iterables``, or the first one in a list, tuple or dict. None if none."""
+    return find_wrapped(obj, SiftingDataloader, ("sifting_dataloader", "iterables"))
 
 
 def _quantile_key(q: float) -> str:
