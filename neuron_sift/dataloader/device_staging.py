@@ -199,33 +199,25 @@ class DeviceStaging:
         Slicing to the fill is a new shape per fill on an XLA device; checkpoints use
         ``pending_on_host`` instead.
         """
-        if self._preloaded is not None:
-            return self._preloaded
-        if self._buffers is None or self.fill == 0:
-            return None
-        leaves = []
-        for i, buf in enumerate(self._buffers):
-            axis = self._axes[i]
-            if isinstance(buf, _Leaf):
-                leaves.append(buf)
-            else:
-                leaves.append(_Leaf(buf[: self.fill].movedim(0, axis), axis))
-        return DefaultSiftingBatch(self._spec, leaves, self.fill)
+        return self._pending(lambda buf: buf)
 
     def pending_on_host(self) -> Optional[DefaultSiftingBatch]:
         """The waiting samples on the CPU: whole buffers are read (a transfer of a shape that
         never changes, so no compilation) and cut on the host."""
+        return self._pending(lambda buf: buf.detach().cpu())
+
+    def _pending(self, place) -> Optional[DefaultSiftingBatch]:
+        """The waiting samples, each buffer passed through ``place`` before it is cut to the fill."""
         if self._preloaded is not None:
             return self._preloaded
         if self._buffers is None or self.fill == 0:
             return None
         leaves = []
         for i, buf in enumerate(self._buffers):
-            axis = self._axes[i]
             if isinstance(buf, _Leaf):
                 leaves.append(buf)
             else:
-                leaves.append(_Leaf(buf.detach().cpu()[: self.fill].movedim(0, axis), axis))
+                leaves.append(_Leaf(place(buf)[: self.fill].movedim(0, self._axes[i]), self._axes[i]))
         return DefaultSiftingBatch(self._spec, leaves, self.fill)
 
 
