@@ -11,7 +11,8 @@ with open("neuron_sift/_version.py", encoding="utf-8") as f:
     VERSION = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
 
 # The CPU step's ranking and history update (kernels/_host.c): optional, so an install
-# without a C compiler still works (engine/cpu_step.py then uses its NumPy formulation).
+# without a C compiler still works (the CPU then runs the torch step, engine/step.py: the
+# same selections; engine/cpu_step.py's host_kernels_available() tells which).
 # -ffp-contract=off: the percentile must round exactly as the torch kernels do.
 HOST_KERNELS = Extension(
     "neuron_sift.kernels._host",

@@ -5,6 +5,9 @@ import torch
 
 from neuron_sift import RelativeProbabilisticSiftConfig, SiftingDataloader
 from neuron_sift.backends import EagerBackend
+from neuron_sift.engine import cpu_step
+from neuron_sift.engine import sifter as sifter_module
+from neuron_sift.engine.cpu_step import host_kernels_available
 from neuron_sift.engine.sifter import Sifter
 from tests.neuron_sift.dataloader.fakes import OracleLoss, loss_table_loader, tiny_model
 
@@ -19,6 +22,12 @@ def config(mode, history=64):
     )
 
 
+needs_kernels = pytest.mark.skipif(
+    not host_kernels_available(),
+    reason="neuron_sift.kernels._host was not built (no C compiler at install); CI requires it",
+)
+
+
 def run(mode, host_step, epochs=3):
     g = torch.Generator().manual_seed(4)
     losses = torch.rand(250, generator=g)  # 250 = 7 batches of 32 + a short one of 26
@@ -27,11 +36,13 @@ def run(mode, host_step, epochs=3):
     loader = SiftingDataloader(
         sift_config=config(mode), orig_dataloader=loss_table_loader(losses, 32), loss_impl=OracleLoss(), model=tiny_model()
     )
-    loader.sifter = Sifter(loader.sift_config, loader.backend, loader.ranks, host_step=host_step)
+    if host_step is not None:  # None: the loader's own choice
+        loader.sifter = Sifter(loader.sift_config, loader.backend, loader.ranks, host_step=host_step)
     batches = [ids.tolist() for _ in range(epochs) for ids, _ in loader]
     return batches, loader
 
 
+@needs_kernels
 def test_the_cpu_runs_the_host_step_and_other_devices_cannot():
     cpu = EagerBackend(torch.device("cpu"))
     assert Sifter(config("fixed"), cpu)._on_host
@@ -42,7 +53,8 @@ def test_the_cpu_runs_the_host_step_and_other_devices_cannot():
 
 
 @pytest.mark.parametrize("mode", ["probabilistic", "fixed"])
-def test_host_and_torch_steps_emit_the_same_batches(mode, host_formulation):
+@needs_kernels
+def test_host_and_torch_steps_emit_the_same_batches(mode):
     """The CPU's host step and the torch step (what CUDA and XLA run) select the same samples:
     delay, filling and wrapping history, short last batch, non-finite losses, three epochs."""
     host_batches, host = run(mode, host_step=True)
@@ -55,7 +67,8 @@ def test_host_and_torch_steps_emit_the_same_batches(mode, host_formulation):
     assert a["counts"] == b["counts"] and a["counts"]["num_nonfinite_losses"] == 3 + 4 + 4
 
 
-def test_state_is_a_snapshot_and_loads_back(host_formulation):
+@needs_kernels
+def test_state_is_a_snapshot_and_loads_back():
     _, loader = run("probabilistic", host_step=True, epochs=1)
     sifter = loader.sifter
     snapshot = sifter.state
@@ -65,3 +78,29 @@ def test_state_is_a_snapshot_and_loads_back(host_formulation):
     again.state = sifter.state
     for name, t in sifter.state.tensors().items():
         assert torch.equal(t, again.state.tensors()[name]), name
+
+
+# -- without the C kernels ------------------------------------------------------------------
+# Depends on the Sifter choosing the step with cpu_step.host_kernels_available(): until that
+# lands, the loader tries to build a HostSiftState and this test fails with its RuntimeError.
+
+
+@pytest.mark.parametrize("mode", ["probabilistic", "fixed"])
+def test_without_the_kernels_the_cpu_falls_back_to_the_torch_step(mode, monkeypatch):
+    """A CPU model where the extension was not built: the loader runs the torch step on the
+    CPU and selects exactly what the host step (and the torch step) select."""
+    want, reference = run(mode, host_step=False)
+    if host_kernels_available():
+        assert run(mode, host_step=True)[0] == want  # the host step's selections, too
+    # _host = None makes host_kernels_available() False wherever it is imported from, and
+    # a HostSiftState impossible to make.
+    monkeypatch.setattr(cpu_step, "_host", None)
+    monkeypatch.setattr(cpu_step, "host_kernels_available", lambda: False)
+    monkeypatch.setattr(sifter_module, "host_kernels_available", lambda: False, raising=False)
+    got, loader = run(mode, host_step=None)
+    assert not loader.sifter._on_host
+    assert got == want
+    a, b = loader.state_dict(), reference.state_dict()
+    for name, t in a["sift_state"].items():
+        assert torch.equal(t, b["sift_state"][name]), name
+    assert a["counts"] == b["counts"]
