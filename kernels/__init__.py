@@ -3,7 +3,9 @@
 Every function here is pure: tensors in, tensors out, output shapes fixed by the
 input shapes and static Python ints (B, H, k) alone, never by data. No host reads,
 no boolean-mask indexing, no ``nonzero``. The same code runs eagerly on CPU/CUDA and
-is traced into a fixed set of XLA graphs on torch-xla / Neuron.
+is traced into a fixed set of XLA graphs on torch-xla / Neuron. No kernel asks what
+device it runs on: where the best formulation differs by device (``searchsorted`` or a
+sort-merge), the backend passes the choice as a static argument (``method``).
 """
 
 from .percentile import percentile_rank

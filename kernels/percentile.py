@@ -5,9 +5,19 @@ from typing import Optional, Tuple
 import torch
 
 
+METHODS = ("search", "merge")
+
+
+def check_method(method: str) -> str:
+    """``method`` if it names a sort-based formulation (``METHODS``); else a ValueError."""
+    if method not in METHODS:
+        raise ValueError(f"method must be 'search' or 'merge', got {method!r}")
+    return method
+
+
 def _slots_in_use(history: torch.Tensor, fill: torch.Tensor, slots: Optional[torch.Tensor]) -> torch.Tensor:
     """``arange(H) < fill``. Pass ``slots = arange(H)`` made once: torch-xla builds an
-    ``arange`` on the host each time it is traced (about 1 ms at H = 4096)."""
+    ``arange`` on the host each time it is traced."""
     if slots is None:
         slots = torch.arange(history.shape[0], device=history.device)
     return slots < fill
@@ -99,7 +109,7 @@ def percentile_rank_sorted(
     fill: torch.Tensor,
     slots: Optional[torch.Tensor] = None,
     *,
-    method: Optional[str] = None,
+    method: str = "search",
 ) -> torch.Tensor:
     """``percentile_rank`` by sorting instead of comparing every loss with every slot.
 
@@ -108,7 +118,9 @@ def percentile_rank_sorted(
     padding never counts, even for an infinite loss. A NaN loss gets 0, as the pairwise
     comparison gives it; ``-0.0`` is read as ``0.0`` (they compare equal).
 
-    ``method`` (None: ``"merge"`` on XLA devices, ``"search"`` elsewhere):
+    ``method``, chosen by the caller (the backend knows its device; a kernel never asks
+    what a device is): ``"merge"`` where ``searchsorted`` has no lowering (XLA),
+    ``"search"`` elsewhere:
 
     * ``"search"``: sort the history once, then ``searchsorted`` left (``#{h < l}``) and
       right (``#{h <= l}``); O(H log H + B log H). Fastest eagerly, but torch-xla 2.9 has
@@ -120,10 +132,7 @@ def percentile_rank_sorted(
       chunks (one batched sort), so no sort exceeds Neuron's TopK limit; B must be below
       ``MAX_SORT_LENGTH``.
     """
-    if method is None:
-        method = "merge" if history.device.type == "xla" else "search"
-    if method not in ("search", "merge"):
-        raise ValueError(f"method must be 'search', 'merge' or None, got {method!r}")
+    check_method(method)
     valid = _slots_in_use(history, fill, slots)  # [H]
     padded = torch.where(valid, history, torch.full_like(history, float("inf")))
     padded = torch.where(padded == 0, torch.zeros_like(padded), padded)  # -0.0 -> 0.0
@@ -147,26 +156,33 @@ def percentile_rank_sorted(
     return torch.where(fill > 0, pct, torch.ones_like(pct))
 
 
-# B x H above which the sort-based formulation is the faster one (benchmarks/machinery.py,
-# eager CPU and torch-xla's CPU backend). Eagerly, at 32 x 500 the pairwise comparison wins
-# (0.14 ms against 0.21 ms), at 256 x 4096 sorting wins 5x, at 1024 x 32768 70x. On XLA the
-# pairwise comparison is one fused reduction and few traced ops, while the merge sorts
-# twice: pairwise wins up to about 1M cells (32 x 32768: 5.7 ms against 13.4 ms of
-# machinery per source batch; 256 x 4096 about even), sorting above (1024 x 4096: 7.0
-# against 18.8 ms of host time).
-SORTED_PERCENTILE_MIN_CELLS = 65536
-SORTED_PERCENTILE_MIN_CELLS_XLA = 2**20 + 1
+# B x H from which the sort-based formulation is the faster one, per method: where each
+# threshold lies is measured by benchmarks/machinery.py (eager CPU for "search", torch-xla's
+# CPU backend for "merge"). Eagerly the pairwise comparison pays B x H work while sorting
+# the history once and searching it pays H log H + B log H, so sorting wins from modest
+# sizes on. Traced by XLA, the pairwise comparison is one fused reduction of few ops while
+# the merge sorts (H + B) values twice, so the crossover sits far higher.
+SORTED_PERCENTILE_MIN_CELLS = 65536  # method "search"
+SORTED_PERCENTILE_MIN_CELLS_XLA = 2**20 + 1  # method "merge" (XLA)
 
 
 def percentile_rank_auto(
-    losses: torch.Tensor, history: torch.Tensor, fill: torch.Tensor, slots: Optional[torch.Tensor] = None
+    losses: torch.Tensor,
+    history: torch.Tensor,
+    fill: torch.Tensor,
+    slots: Optional[torch.Tensor] = None,
+    *,
+    method: str = "search",
 ) -> torch.Tensor:
-    """``percentile_rank`` or ``percentile_rank_sorted`` (identical results), whichever is
-    faster for the static sizes B x H on this kind of device. The choice depends on shapes
-    and the device type only, never on data."""
-    threshold = SORTED_PERCENTILE_MIN_CELLS_XLA if history.device.type == "xla" else SORTED_PERCENTILE_MIN_CELLS
-    if losses.shape[0] * history.shape[0] >= threshold and (
-        history.device.type != "xla" or losses.shape[0] < MAX_SORT_LENGTH
-    ):
-        return percentile_rank_sorted(losses, history, fill, slots)
+    """``percentile_rank`` or ``percentile_rank_sorted(method=method)`` (identical results),
+    whichever is faster for the static sizes B x H with that method. The choice depends on
+    the shapes and the caller's ``method`` only, never on data or on the device: the
+    backend passes ``"merge"`` on XLA, ``"search"`` elsewhere. ``"merge"`` also keeps to
+    the pairwise comparison when B reaches ``MAX_SORT_LENGTH`` (no sort may be longer)."""
+    if check_method(method) == "merge":
+        threshold, fits = SORTED_PERCENTILE_MIN_CELLS_XLA, losses.shape[0] < MAX_SORT_LENGTH
+    else:
+        threshold, fits = SORTED_PERCENTILE_MIN_CELLS, True
+    if fits and losses.shape[0] * history.shape[0] >= threshold:
+        return percentile_rank_sorted(losses, history, fill, slots, method=method)
     return percentile_rank(losses, history, fill, slots)

@@ -11,7 +11,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from .percentile import percentile_rank_sorted
+from .percentile import check_method, percentile_rank_sorted
 
 
 def new_score_table(n: int, device: Optional[torch.device] = None) -> torch.Tensor:
@@ -58,21 +58,18 @@ def weighted_mean(losses: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return (losses.to(dtype) * weights.to(dtype)).sum() / losses.shape[0]
 
 
-def percentile_of_all(scores: torch.Tensor, method: Optional[str] = None) -> torch.Tensor:
+def percentile_of_all(scores: torch.Tensor, *, method: str = "search") -> torch.Tensor:
     """Mid-rank percentile of every recorded score among all recorded scores.
 
     ``scores``: ``[N]`` float, NaN where never scored. For a scored sample,
     ``(#{s < x} + 0.5 * #{s == x}) / n_scored`` over the scored values (the sample itself
     included, as one of the ties); unscored samples get 1.0 (nothing judges them easy),
     and so does every sample while none is scored. Static shapes: one sort, then
-    ``searchsorted`` (``method="search"``, the default off XLA) or the sort-merge of
-    ``percentile_rank_sorted`` (``"merge"``, the default on XLA, which has no lowering for
-    ``searchsorted``).
+    ``searchsorted`` (``method="search"``) or the sort-merge of ``percentile_rank_sorted``
+    (``"merge"``). The caller chooses, as for ``percentile_rank_sorted``: ``"merge"`` on
+    XLA, which has no lowering for ``searchsorted``, ``"search"`` elsewhere.
     """
-    if method is None:
-        method = "merge" if scores.device.type == "xla" else "search"
-    if method not in ("search", "merge"):
-        raise ValueError(f"method must be 'search', 'merge' or None, got {method!r}")
+    check_method(method)
     seen = ~torch.isnan(scores)
     n = seen.sum()
     ordered = torch.sort(torch.where(seen, scores, torch.full_like(scores, float("inf")))).values

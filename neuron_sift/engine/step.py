@@ -4,7 +4,9 @@
 the history, compute keep probabilities, draw, update the ring buffer and counters. Its
 shapes depend only on (P, H, k): P the padded batch size, H the history length, k the
 fixed-mode keep count. Data-dependent quantities (valid rows, rows to take) come in as
-device scalars, so a short batch runs the same graph.
+device scalars, so a short batch runs the same graph. What differs by device (the sort
+method of the percentile kernel) comes in as a static argument from the backend: the
+step never asks what device it runs on.
 """
 
 from dataclasses import dataclass
@@ -30,8 +32,7 @@ class StepConstants:
     """Per-run tensors the step would otherwise rebuild for every source batch: index
     vectors (rows, history slots, fixed-mode picks) and the hash keys of the rows and the
     seed. On XLA every op of the step is traced anew per source batch, and torch-xla builds
-    an ``arange`` on the host each time (about 1 ms for H = 4096); made once, they enter
-    the graph as device data."""
+    an ``arange`` on the host each time; made once, they enter the graph as device data."""
 
     rows: torch.Tensor  # arange(P)
     row_hash: torch.Tensor
@@ -79,12 +80,15 @@ def sift_step(
     shared_losses: Optional[torch.Tensor] = None,
     shared_valid: Optional[torch.Tensor] = None,
     consts: Optional[StepConstants] = None,
+    sort_method: str = "search",
 ) -> Tuple[SiftState, StepOutput]:
     """One source batch. ``shared_losses``/``shared_valid`` (``[W * P]``, every rank's
     padded losses in rank order) make the history global: this rank's losses are ranked
     against it, and all ranks' losses are recorded, so every rank holds the same history.
     ``consts``: ``StepConstants.create(P, H, k, seed, device)``, reused across calls (built here,
-    with a read of the seed, if None)."""
+    with a read of the seed, if None). ``sort_method``: the percentile kernel's sort-based
+    formulation (``percentile_rank_auto``'s ``method``), static like ``mode`` and ``k``:
+    the backend's ``"merge"`` on XLA, ``"search"`` elsewhere; the results are the same."""
     p_rows = losses.shape[0]
     if consts is None:
         consts = StepConstants.create(p_rows, state.history.shape[0], k, int(state.seed), losses.device)
@@ -94,7 +98,8 @@ def sift_step(
     force = valid & ~finite  # non-finite losses: always kept, never recorded
     record = valid & finite
     safe = torch.where(finite, losses, torch.zeros_like(losses))
-    pct = percentile_rank_auto(safe, state.history, state.fill, consts.slots)  # = percentile_rank, faster at large B x H
+    # = percentile_rank, faster at large B x H
+    pct = percentile_rank_auto(safe, state.history, state.fill, consts.slots, method=sort_method)
     u = uniform_from_keys(consts.seed_mix, state.draws, consts.rows, consts.row_hash)
     num_nonfinite = force.to(torch.int64).sum()
     if mode == "probabilistic":
@@ -135,10 +140,13 @@ _N_STATE = 8  # SiftState's fields, in order
 _N_CONSTS = 5  # StepConstants' fields, in order
 
 
-def flat_step(mode: str, k: int, shared: bool, step_fn: Optional[Callable] = None) -> Callable[..., Tuple[torch.Tensor, ...]]:
+def flat_step(
+    mode: str, k: int, shared: bool, step_fn: Optional[Callable] = None, sort_method: str = "search"
+) -> Callable[..., Tuple[torch.Tensor, ...]]:
     """``sift_step`` (or ``step_fn``, with its signature) for one (mode, k, global history
-    or not) as ``f(*flat_inputs(...))``, returning the new state's tensors then ``order``,
-    ``count``, ``num_nonfinite``."""
+    or not, sort method) as ``f(*flat_inputs(...))``, returning the new state's tensors
+    then ``order``, ``count``, ``num_nonfinite``. Every argument here is static: a cache
+    of built steps keys on all of them."""
     run = sift_step if step_fn is None else step_fn
 
     def step(*tensors: torch.Tensor) -> Tuple[torch.Tensor, ...]:
@@ -147,7 +155,8 @@ def flat_step(mode: str, k: int, shared: bool, step_fn: Optional[Callable] = Non
         consts = StepConstants(*tensors[_N_STATE + 3 : _N_STATE + 3 + _N_CONSTS])
         shared_losses, shared_valid = tensors[_N_STATE + 3 + _N_CONSTS :] if shared else (None, None)
         s, out = run(
-            state, losses, per_batch[0], beta, mode, k, per_batch[1], shared_losses, shared_valid, consts
+            state, losses, per_batch[0], beta, mode, k, per_batch[1], shared_losses, shared_valid, consts,
+            sort_method=sort_method,
         )
         return (s.history, s.pos, s.fill, s.seed, s.draws, s.num_scored, s.num_kept, s.num_nonfinite,
                 out.order, out.count, out.num_nonfinite)

@@ -121,8 +121,11 @@ def test_inputs_not_modified():
 
 # --- percentile_rank_sorted / percentile_rank_auto: the sort-based formulation -----------------
 
+from neuron_sift.kernels import percentile as percentile_module  # noqa: E402
 from neuron_sift.kernels.percentile import (  # noqa: E402
+    MAX_SORT_LENGTH,
     SORTED_PERCENTILE_MIN_CELLS,
+    SORTED_PERCENTILE_MIN_CELLS_XLA,
     percentile_rank_auto,
     percentile_rank_sorted,
 )
@@ -142,7 +145,7 @@ def test_sorted_is_identical_to_pairwise(b, h, kind):
             got = percentile_rank_sorted(*args, method=method)
             assert got.dtype == want.dtype and got.shape == want.shape
             assert torch.equal(got, want), (method, fill)
-        assert torch.equal(percentile_rank_auto(*args), want)
+            assert torch.equal(percentile_rank_auto(*args, method=method), want), (method, fill)
 
 
 def test_sorted_handles_non_finite_losses_signed_zeros_and_garbage_slots():
@@ -158,6 +161,20 @@ def test_sorted_handles_non_finite_losses_signed_zeros_and_garbage_slots():
 def test_sorted_rejects_an_unknown_method():
     with pytest.raises(ValueError, match="method"):
         percentile_rank_sorted(torch.zeros(2), torch.zeros(4), torch.tensor(4), method="bisect")
+    for method in ("bisect", None):  # below the thresholds too: the choice is checked, not just used
+        with pytest.raises(ValueError, match="method"):
+            percentile_rank_auto(torch.zeros(2), torch.zeros(4), torch.tensor(4), method=method)
+
+
+def test_no_kernel_asks_what_device_it_runs_on():
+    """The backend passes what differs by device (``method``); kernels never read the device."""
+    import pathlib
+
+    import neuron_sift.kernels as kernels
+
+    for path in sorted(pathlib.Path(kernels.__file__).parent.glob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        assert "device.type" not in source and '"xla"' not in source, path.name
 
 
 def test_sorted_matches_reference_loop():
@@ -165,23 +182,50 @@ def test_sorted_matches_reference_loop():
     history = _values(rng, 300, "ties")
     losses = _values(rng, 40, "ties")
     got, want = _run(losses, history, 123)
-    got_sorted = percentile_rank_sorted(
-        torch.from_numpy(losses), torch.from_numpy(history), torch.tensor(123)
-    )
-    torch.testing.assert_close(got_sorted, want, rtol=0, atol=1e-6)
-    assert torch.equal(got_sorted, got)
+    for method in ("search", "merge"):
+        got_sorted = percentile_rank_sorted(
+            torch.from_numpy(losses), torch.from_numpy(history), torch.tensor(123), method=method
+        )
+        torch.testing.assert_close(got_sorted, want, rtol=0, atol=1e-6)
+        assert torch.equal(got_sorted, got)
 
 
-def test_auto_picks_by_static_size_only():
-    # Both branches are exercised: below and at the threshold.
-    small_b, small_h = 8, SORTED_PERCENTILE_MIN_CELLS // 16
-    big_b, big_h = 16, SORTED_PERCENTILE_MIN_CELLS // 16
-    assert small_b * small_h < SORTED_PERCENTILE_MIN_CELLS <= big_b * big_h
-    for b, h in ((small_b, small_h), (big_b, big_h)):
-        history = torch.randn(h)
-        losses = torch.cat([history[: b // 2], torch.randn(b - b // 2)])
-        fill = torch.tensor(h - 3)
-        assert torch.equal(percentile_rank_auto(losses, history, fill), percentile_rank(losses, history, fill))
+def _auto_choice(monkeypatch, b, h, method):
+    """(the formulation ``percentile_rank_auto(method=method)`` ran for B x H, equal to pairwise)."""
+    calls = []
+    real = percentile_module.percentile_rank_sorted
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs["method"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(percentile_module, "percentile_rank_sorted", spy)
+    history = torch.randn(h)
+    losses = torch.cat([history[: b // 2], torch.randn(b - b // 2)])
+    fill = torch.tensor(h - 3)
+    same = torch.equal(percentile_rank_auto(losses, history, fill, method=method), percentile_rank(losses, history, fill))
+    monkeypatch.setattr(percentile_module, "percentile_rank_sorted", real)
+    assert len(calls) <= 1
+    return (calls[0] if calls else "pairwise"), same
+
+
+def test_auto_picks_by_static_size_and_method_only(monkeypatch):
+    """Each method's threshold, both sides of it, on the CPU: the choice depends on B x H
+    and the caller's method, never on the device (the XLA threshold applies to "merge"
+    here too). "merge" stays pairwise once B reaches MAX_SORT_LENGTH."""
+    t, tx = SORTED_PERCENTILE_MIN_CELLS, SORTED_PERCENTILE_MIN_CELLS_XLA
+    cases = [
+        ("search", 8, t // 16, "pairwise"),
+        ("search", 16, t // 16, "search"),
+        ("merge", 16, t // 16, "pairwise"),  # the eager threshold is not the merge's
+        ("merge", 64, (tx - 1) // 64, "pairwise"),
+        ("merge", 64, -(-tx // 64), "merge"),
+        ("merge", MAX_SORT_LENGTH, -(-tx // MAX_SORT_LENGTH), "pairwise"),  # B too long to sort
+        ("search", MAX_SORT_LENGTH, -(-tx // MAX_SORT_LENGTH), "search"),
+    ]
+    for method, b, h, want in cases:
+        assert (b * h >= (tx if method == "merge" else t)) == (want != "pairwise" or b >= MAX_SORT_LENGTH)
+        assert _auto_choice(monkeypatch, b, h, method) == (want, True), (method, b, h)
 
 
 @pytest.mark.xla
@@ -198,9 +242,13 @@ def test_sorted_on_xla_is_identical_and_has_no_fallback():
     met.clear_counters()
     for fill in (0, 1, 2048, 4096):
         want = percentile_rank(l_cpu, h_cpu, torch.tensor(fill))
-        got = percentile_rank_sorted(l_cpu.to(device), h_cpu.to(device), torch.tensor([fill], device=device)[0])  # merge
+        args = (l_cpu.to(device), h_cpu.to(device), torch.tensor([fill], device=device)[0])
+        got = percentile_rank_sorted(*args, method="merge")
+        # what the step runs on XLA at 256 x 4096 (below the merge threshold: pairwise)
+        auto = percentile_rank_auto(*args, method="merge")
         torch_xla.sync()
         assert torch.equal(got.cpu(), want), fill
+        assert torch.equal(auto.cpu(), want), fill
     assert not [c for c in met.counter_names() if c.startswith("aten::")]
 
 

@@ -41,9 +41,19 @@ def test_percentile_matches_reference_with_ties_and_unscored(method, seed):
     assert got.tolist() == pytest.approx(reference_percentile(values.tolist()), abs=1e-6)
 
 
-def test_percentile_all_unscored_is_one_and_single_value_is_half():
-    assert percentile_of_all(torch.full((4,), float("nan"))).tolist() == [1.0] * 4
-    assert percentile_of_all(torch.tensor([2.0, float("nan")])).tolist() == [0.5, 1.0]
+@pytest.mark.parametrize("method", ["search", "merge"])
+def test_percentile_all_unscored_is_one_and_single_value_is_half(method):
+    assert percentile_of_all(torch.full((4,), float("nan")), method=method).tolist() == [1.0] * 4
+    assert percentile_of_all(torch.tensor([2.0, float("nan")]), method=method).tolist() == [0.5, 1.0]
+
+
+def test_percentile_methods_are_identical():
+    rng = np.random.default_rng(9)
+    values = np.where(rng.random(3000) < 0.5, rng.integers(0, 40, 3000) / 8, rng.random(3000)).astype(np.float32)
+    values[rng.random(3000) < 0.2] = np.nan
+    values[:4] = [np.inf, -np.inf, -0.0, 0.0]
+    scores = torch.from_numpy(values)
+    assert torch.equal(percentile_of_all(scores, method="search"), percentile_of_all(scores, method="merge"))
 
 
 def test_percentile_negative_zero_ties_with_zero():
@@ -53,8 +63,9 @@ def test_percentile_negative_zero_ties_with_zero():
 
 
 def test_percentile_bad_method():
-    with pytest.raises(ValueError, match="method"):
-        percentile_of_all(torch.zeros(3), method="bogus")
+    for method in ("bogus", None):
+        with pytest.raises(ValueError, match="method"):
+            percentile_of_all(torch.zeros(3), method=method)
 
 
 def test_record_scores_writes_finite_losses_and_trashes_the_rest():
