@@ -22,29 +22,24 @@ reused (for lists nested in a batch too), so a short last batch cannot flip it:
 
 import numbers
 from collections.abc import Mapping
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
 from neuron_sift.data_model.data_model_interface import SiftingBatch, SiftingBatchTransform
+from neuron_sift.data_model.leaves import Indices, Leaf, as_index_tensor, is_array
+from neuron_sift.data_model.structure import BatchStructure
 from neuron_sift.exceptions import UnsupportedDataFormatException
 
-try:  # NumPy is optional: its arrays are handled when present.
-    import numpy as _np
-except ImportError:  # pragma: no cover - numpy ships with every supported torch
-    _np = None
+__all__ = ["DefaultBatchTransform", "DefaultSiftingBatch", "FEATURE_MAJOR", "SAMPLE_MAJOR"]
 
 SAMPLE_MAJOR = 0
 FEATURE_MAJOR = 1
 
 
-def _is_array(x: Any) -> bool:
-    return _np is not None and isinstance(x, _np.ndarray)
-
-
 def _leading_size(x: Any) -> Optional[int]:
     """Size of the first dimension of something indexable by sample, else None."""
-    if isinstance(x, torch.Tensor) or _is_array(x):
+    if isinstance(x, torch.Tensor) or is_array(x):
         return int(x.shape[0]) if x.ndim >= 1 else None
     if isinstance(x, (list, tuple)):
         return len(x)
@@ -56,7 +51,7 @@ def _leading_size(x: Any) -> Optional[int]:
 
 def _array_row_counts(x: Any) -> List[int]:
     """Dimension-0 sizes of every tensor/array nested anywhere in ``x``."""
-    if isinstance(x, torch.Tensor) or _is_array(x):
+    if isinstance(x, torch.Tensor) or is_array(x):
         return [int(x.shape[0])] if x.ndim >= 1 else []
     if isinstance(x, Mapping):
         x = list(x.values())
@@ -70,7 +65,7 @@ def _array_row_counts(x: Any) -> List[int]:
 
 def _holds_samples(x: Any, n: int) -> bool:
     """Whether ``x`` can be read as a field holding ``n`` samples (recursively)."""
-    if isinstance(x, torch.Tensor) or _is_array(x):
+    if isinstance(x, torch.Tensor) or is_array(x):
         return x.ndim >= 1 and int(x.shape[0]) == n
     if isinstance(x, Mapping):
         return len(x) > 0 and all(_holds_samples(v, n) for v in x.values())
@@ -85,7 +80,7 @@ def _dim1_size(batch: Any) -> Optional[int]:
     Candidates come from the tensors nested inside (their dimension 0) and from the
     elements' lengths; the first candidate that every element holds wins.
     """
-    if isinstance(batch, torch.Tensor) or _is_array(batch):
+    if isinstance(batch, torch.Tensor) or is_array(batch):
         return int(batch.shape[1]) if batch.ndim >= 2 else None
     if len(batch) == 0:
         return None
@@ -97,143 +92,58 @@ def _dim1_size(batch: Any) -> Optional[int]:
     return None
 
 
-def _rebuild_sequence(template: Any, items: List[Any]) -> Any:
-    if isinstance(template, tuple) and hasattr(template, "_fields"):  # namedtuple
-        return type(template)(*items)
-    if isinstance(template, tuple):
-        return tuple(items) if type(template) is tuple else type(template)(items)
-    return items if type(template) is list else type(template)(items)
-
-
-def _rebuild_mapping(template: Mapping, items: dict) -> Any:
-    if type(template) is dict:
-        return items
-    try:
-        return type(template)(items)
-    except Exception as exc:  # a Mapping type we cannot rebuild: say so, do not change its type silently
-        raise UnsupportedDataFormatException(
-            f"cannot rebuild a batch of type {type(template)} from a dict; pass batch_transforms"
-        ) from exc
-
-
-def _leaf_kind(x: Any) -> str:
-    if isinstance(x, torch.Tensor):
-        return "tensor"
-    return "array" if _is_array(x) else "list"
-
-
-def _index_tensor(indices: Sequence[int]) -> torch.Tensor:
-    return torch.as_tensor(indices if isinstance(indices, list) else list(indices), dtype=torch.long)
-
-
-class _Leaf:
-    """One sample-holding value: a tensor/array (samples along ``axis``) or a list of samples."""
-
-    __slots__ = ("value", "axis")
-
-    def __init__(self, value: Any, axis: int = 0):
-        self.value = value
-        self.axis = axis
-
-    def size(self) -> int:
-        if isinstance(self.value, (list, tuple)):
-            return len(self.value)
-        return int(self.value.shape[self.axis])
-
-    def select(self, indices: Sequence[int], index_tensor: Optional[torch.Tensor] = None) -> "_Leaf":
-        """The samples at ``indices``; ``index_tensor`` is the same as a CPU int64 tensor, if at hand.
-
-        A ``range`` with step 1 of a tensor or array is a slice (a view, no copy): that is
-        how the accumulator cuts a full batch from its pending samples.
-        """
-        v = self.value
-        if isinstance(indices, range) and indices.step == 1 and not isinstance(v, (list, tuple)):
-            start, stop = indices.start, max(indices.start, indices.stop)
-            if isinstance(v, torch.Tensor):
-                return _Leaf(v.narrow(self.axis, start, stop - start), self.axis)
-            return _Leaf(v[(slice(None),) * self.axis + (slice(start, stop),)], self.axis)
-        if isinstance(v, torch.Tensor):
-            idx = index_tensor if index_tensor is not None else _index_tensor(indices)
-            if not (v.is_cpu and idx.is_cpu):
-                idx = idx.to(v.device)
-            return _Leaf(v.index_select(self.axis, idx), self.axis)
-        if isinstance(indices, torch.Tensor):
-            indices = indices.tolist()
-        if _is_array(v):
-            return _Leaf(_np.take(v, list(indices), axis=self.axis), self.axis)
-        return _Leaf(_rebuild_sequence(v, [v[i] for i in indices]), self.axis)
-
-    @staticmethod
-    def concat(parts: Sequence["_Leaf"], path: str) -> "_Leaf":
-        """The samples of ``parts`` in order; ``path`` names the field in errors."""
-        first = parts[0]
-        v = first.value
-        if isinstance(v, torch.Tensor) and first.axis == 0:  # the common case, checked cheaply
-            tail = v.shape[1:]
-            if all(isinstance(p.value, torch.Tensor) and p.value.shape[1:] == tail for p in parts):
-                return _Leaf(torch.cat([p.value for p in parts]), 0)
-        for p in parts[1:]:
-            if _leaf_kind(p.value) != _leaf_kind(v):
-                raise UnsupportedDataFormatException(
-                    f"cannot accumulate samples of field {path or '<batch>'}: a {type(p.value).__name__} after a "
-                    f"{type(v).__name__} in an earlier batch; every source batch must have the same field types"
-                )
-        if isinstance(v, torch.Tensor) or _is_array(v):
-            ref = list(v.shape)
-            for p in parts[1:]:
-                other = list(p.value.shape)
-                del other[first.axis]
-                want = ref[: first.axis] + ref[first.axis + 1 :]
-                if other != want:
-                    raise UnsupportedDataFormatException(
-                        f"cannot accumulate samples of field {path or '<batch>'}: per-sample shape {tuple(other)} "
-                        f"differs from {tuple(want)} in an earlier batch; pad every batch to the same shape "
-                        "or pass batch_transforms"
-                    )
-            if isinstance(v, torch.Tensor):
-                return _Leaf(torch.cat([p.value for p in parts], dim=first.axis), first.axis)
-            return _Leaf(_np.concatenate([p.value for p in parts], axis=first.axis), first.axis)
-        items: List[Any] = []
-        for p in parts:
-            items.extend(p.value)
-        return _Leaf(_rebuild_sequence(v, items), first.axis)
-
-
 class DefaultSiftingBatch(SiftingBatch):
-    """A parsed user batch: a tree of containers over sample-holding leaves."""
+    """A parsed user batch: a ``BatchStructure`` of containers over sample-holding leaves.
 
-    def __init__(self, spec: Any, leaves: List[_Leaf], size: int, structure: Any = None):
-        self._spec = spec
+    Selection and joining work leaf by leaf and keep the structure object, so batches cut
+    from one source batch, and joined ones, share it. Other modules (device staging,
+    checkpoints) build batches from ``structure`` and new ``leaves`` through this API.
+
+    Args:
+        structure: the containers, fields and leaf numbering, shared with the batch the
+            leaves came from.
+        leaves: the sample-holding values, in ``structure``'s leaf order; the batch keeps
+            the list, so it must not be changed afterwards.
+        size: the number of samples every leaf holds.
+    """
+
+    def __init__(self, structure: BatchStructure, leaves: List[Leaf], size: int):
+        self._structure = structure
         self._leaves = leaves
         self._size = size
-        self._structure = structure  # _spec_structure(spec), computed when first needed
 
     @property
-    def structure(self) -> Any:
-        """Field names and nesting without the user's values: what batches must share to be joined."""
-        if self._structure is None:
-            self._structure = _spec_structure(self._spec)
+    def structure(self) -> BatchStructure:
+        """Fields and nesting of the user's batch; what batches must share to be joined."""
         return self._structure
+
+    @property
+    def leaves(self) -> List[Leaf]:
+        """The sample-holding values in leaf order (read only: leaves are shared between batches)."""
+        return self._leaves
+
+    def with_leaves(self, leaves: List[Leaf], size: int) -> "DefaultSiftingBatch":
+        """A batch of this structure over other ``leaves`` of ``size`` samples each."""
+        return DefaultSiftingBatch(self._structure, leaves, size)
 
     def __len__(self) -> int:
         return self._size
 
-    def select(self, indices: Sequence[int]) -> "DefaultSiftingBatch":
+    def select(self, indices: Indices) -> "DefaultSiftingBatch":
         """The samples at ``indices``: Python ints, a ``range``, or an int64 tensor of indices."""
         if isinstance(indices, range):
-            leaves = [leaf.select(indices) for leaf in self._leaves]
-            return DefaultSiftingBatch(self._spec, leaves, len(indices), self._structure)
+            return DefaultSiftingBatch(self._structure, [leaf.select(indices) for leaf in self._leaves], len(indices))
         index_tensor = None
         if isinstance(indices, torch.Tensor):
             index_tensor = indices
         elif any(isinstance(leaf.value, torch.Tensor) for leaf in self._leaves):
             indices = list(indices)
-            index_tensor = _index_tensor(indices)
+            index_tensor = as_index_tensor(indices)
         else:
             indices = list(indices)
         leaves = [leaf.select(indices, index_tensor) for leaf in self._leaves]
         n = index_tensor.shape[0] if index_tensor is not None else len(indices)
-        return DefaultSiftingBatch(self._spec, leaves, n, self._structure)
+        return DefaultSiftingBatch(self._structure, leaves, n)
 
     def split_at(self, n: int) -> Tuple["DefaultSiftingBatch", "DefaultSiftingBatch"]:
         """The first ``n`` samples and the rest (views of tensors and arrays, no copy)."""
@@ -242,78 +152,41 @@ class DefaultSiftingBatch(SiftingBatch):
             v = leaf.value
             if isinstance(v, torch.Tensor):
                 a, b = v.tensor_split([n], dim=leaf.axis)
-                firsts.append(_Leaf(a, leaf.axis))
-                rests.append(_Leaf(b, leaf.axis))
+                firsts.append(Leaf(a, leaf.axis))
+                rests.append(Leaf(b, leaf.axis))
             else:
                 firsts.append(leaf.select(range(n)))
                 rests.append(leaf.select(range(n, leaf.size())))
         return (
-            DefaultSiftingBatch(self._spec, firsts, n, self._structure),
-            DefaultSiftingBatch(self._spec, rests, self._size - n, self._structure),
+            DefaultSiftingBatch(self._structure, firsts, n),
+            DefaultSiftingBatch(self._structure, rests, self._size - n),
         )
 
-    def concat(self, others: Sequence["DefaultSiftingBatch"]) -> "DefaultSiftingBatch":
-        parts = [self] + list(others)
-        structure = self.structure
-        for o in parts[1:]:
-            if not isinstance(o, DefaultSiftingBatch) or (o.structure is not structure and o.structure != structure):
+    def concat(self, others: Sequence[SiftingBatch]) -> "DefaultSiftingBatch":
+        structure = self._structure
+        parts: List[DefaultSiftingBatch] = [self]
+        for o in others:
+            if not isinstance(o, DefaultSiftingBatch) or not structure.same_shape(o._structure):
                 raise UnsupportedDataFormatException(
                     "cannot accumulate batches of different structure; every source batch must have the same fields"
                 )
-        paths = _leaf_paths(self._spec)
-        leaves = [_Leaf.concat([p._leaves[i] for p in parts], paths[i]) for i in range(len(self._leaves))]
-        return DefaultSiftingBatch(self._spec, leaves, sum(p._size for p in parts), structure)
+            parts.append(o)
+        paths = structure.leaf_paths()
+        leaves = [Leaf.concat([p._leaves[i] for p in parts], paths[i]) for i in range(len(self._leaves))]
+        return DefaultSiftingBatch(structure, leaves, sum(p._size for p in parts))
 
     def to_user(self) -> Any:
-        return _build(self._spec, self._leaves)
+        """The batch in the user's own containers and types."""
+        return self._structure.build(self._leaves)
 
     # A loss written for smart_sifting may read ``transformed_batch`` as the batch itself
     # (``[t.to(device) for t in transformed_batch]``): iterate and index the user's view.
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         return iter(self.to_user())
 
     def __getitem__(self, key: Any) -> Any:
         return self.to_user()[key]
-
-
-# A spec is ("leaf", i) | ("map", template, keys, [child specs]) | ("seq", template, [child specs])
-
-
-def _build(spec: Any, leaves: List[_Leaf]) -> Any:
-    kind = spec[0]
-    if kind == "leaf":
-        return leaves[spec[1]].value
-    if kind == "map":
-        _, template, keys, children = spec
-        return _rebuild_mapping(template, {k: _build(c, leaves) for k, c in zip(keys, children)})
-    _, template, children = spec
-    return _rebuild_sequence(template, [_build(c, leaves) for c in children])
-
-
-def _spec_structure(spec: Any) -> Any:
-    """The shape of a spec (field names and nesting), without the user's values."""
-    kind = spec[0]
-    if kind == "leaf":
-        return ("leaf", spec[1])
-    if kind == "map":
-        return ("map", tuple(spec[2]), tuple(_spec_structure(c) for c in spec[3]))
-    return ("seq", tuple(_spec_structure(c) for c in spec[2]))
-
-
-def _leaf_paths(spec: Any, prefix: str = "") -> List[str]:
-    kind = spec[0]
-    if kind == "leaf":
-        return [prefix]
-    if kind == "map":
-        out: List[str] = []
-        for k, c in zip(spec[2], spec[3]):
-            out.extend(_leaf_paths(c, f"{prefix}[{k!r}]"))
-        return out
-    out = []
-    for i, c in enumerate(spec[2]):
-        out.extend(_leaf_paths(c, f"{prefix}[{i}]"))
-    return out
 
 
 def _tensor_fields(batch: Sequence[Any]) -> Optional[DefaultSiftingBatch]:
@@ -328,15 +201,7 @@ def _tensor_fields(batch: Sequence[Any]) -> Optional[DefaultSiftingBatch]:
         n = e.shape[0]
     if n is None:
         return None
-    leaves = [_Leaf(e) for e in batch]
-    structure = _FIELDS_STRUCTURE.get(len(leaves))
-    if structure is None:
-        structure = _FIELDS_STRUCTURE[len(leaves)] = ("seq", tuple(("leaf", i) for i in range(len(leaves))))
-    return DefaultSiftingBatch(("seq", batch, [("leaf", i) for i in range(len(leaves))]), leaves, int(n), structure)
-
-
-# The structure of a list/tuple of k tensor fields, one object per k: joined batches compare by identity.
-_FIELDS_STRUCTURE: dict = {}
+    return DefaultSiftingBatch(BatchStructure.fields(type(batch), len(batch)), [Leaf(e) for e in batch], int(n))
 
 
 class DefaultBatchTransform(SiftingBatchTransform):
@@ -377,12 +242,12 @@ class DefaultBatchTransform(SiftingBatchTransform):
     # -- parsing -----------------------------------------------------------------------
 
     def transform(self, batch: Any) -> DefaultSiftingBatch:
-        leaves: List[_Leaf] = []
+        leaves: List[Leaf] = []
         if isinstance(batch, Mapping):
             n = self._mapping_size(batch)
-            spec = self._parse_inner(batch, n, leaves, "")
-            return DefaultSiftingBatch(spec, leaves, n)
-        if isinstance(batch, torch.Tensor) or _is_array(batch):
+            structure = self._parse_inner(batch, n, leaves, "")
+            return DefaultSiftingBatch(structure, leaves, n)
+        if isinstance(batch, torch.Tensor) or is_array(batch):
             if batch.ndim == 0:
                 raise UnsupportedDataFormatException(
                     f"Unable to index the batch of type {type(batch)}: it is a 0-dimensional value"
@@ -393,17 +258,17 @@ class DefaultBatchTransform(SiftingBatchTransform):
                 "Pass batch_transforms=<your SiftingBatchTransform> to SiftingDataloader."
             )
         fmt = self._decide_top_format(batch)
-        if isinstance(batch, torch.Tensor) or _is_array(batch):
+        if isinstance(batch, torch.Tensor) or is_array(batch):
             if fmt == FEATURE_MAJOR and batch.ndim < 2:
                 raise UnsupportedDataFormatException(
                     f"batch_format_index=1 needs a tensor with at least 2 dimensions, got shape {tuple(batch.shape)}"
                 )
-            leaf = _Leaf(batch, axis=fmt)
+            leaf = Leaf(batch, axis=fmt)
             leaves.append(leaf)
-            return DefaultSiftingBatch(("leaf", 0), leaves, leaf.size())
+            return DefaultSiftingBatch(BatchStructure.leaf(0), leaves, leaf.size())
         if fmt == SAMPLE_MAJOR:
-            leaves.append(_Leaf(batch))
-            return DefaultSiftingBatch(("leaf", 0), leaves, len(batch))
+            leaves.append(Leaf(batch))
+            return DefaultSiftingBatch(BatchStructure.leaf(0), leaves, len(batch))
         fields_of_tensors = _tensor_fields(batch)  # what default_collate makes of tuple datasets
         if fields_of_tensors is not None:
             return fields_of_tensors
@@ -415,7 +280,7 @@ class DefaultBatchTransform(SiftingBatchTransform):
                 f"{[_leading_size(e) for e in batch]})"
             )
         children = [self._parse_inner(e, n, leaves, f"[{i}]") for i, e in enumerate(batch)]
-        return DefaultSiftingBatch(("seq", batch, children), leaves, n)
+        return DefaultSiftingBatch(BatchStructure.sequence(type(batch), children), leaves, n)
 
     def _mapping_size(self, batch: Mapping) -> int:
         if len(batch) == 0:
@@ -481,19 +346,19 @@ class DefaultBatchTransform(SiftingBatchTransform):
         self._top_format = fmt
         return fmt
 
-    def _parse_inner(self, value: Any, n: int, leaves: List[_Leaf], path: str) -> Any:
+    def _parse_inner(self, value: Any, n: int, leaves: List[Leaf], path: str) -> BatchStructure:
         if isinstance(value, Mapping):
             keys = list(value.keys())
             children = [self._parse_inner(value[k], n, leaves, f"{path}[{k!r}]") for k in keys]
-            return ("map", value, keys, children)
-        if isinstance(value, torch.Tensor) or _is_array(value):
+            return BatchStructure.mapping(type(value), keys, children)
+        if isinstance(value, torch.Tensor) or is_array(value):
             if value.ndim == 0 or value.shape[0] != n:
                 shape = tuple(value.shape)
                 raise UnsupportedDataFormatException(
                     f"Batch size {n} does not match dimension 0 of field {path or '<batch>'} with shape {shape}"
                 )
-            leaves.append(_Leaf(value))
-            return ("leaf", len(leaves) - 1)
+            leaves.append(Leaf(value))
+            return BatchStructure.leaf(len(leaves) - 1)
         if isinstance(value, (list, tuple)):
             d1 = _dim1_size(value)
             as_samples = len(value) == n
@@ -509,12 +374,12 @@ class DefaultBatchTransform(SiftingBatchTransform):
                 as_samples = False
             if as_samples:
                 self._inner_formats[path] = SAMPLE_MAJOR
-                leaves.append(_Leaf(value))
-                return ("leaf", len(leaves) - 1)
+                leaves.append(Leaf(value))
+                return BatchStructure.leaf(len(leaves) - 1)
             if as_fields:
                 self._inner_formats[path] = FEATURE_MAJOR
                 children = [self._parse_inner(e, n, leaves, f"{path}[{i}]") for i, e in enumerate(value)]
-                return ("seq", value, children)
+                return BatchStructure.sequence(type(value), children)
             raise UnsupportedDataFormatException(
                 f"Batch size {n} does not match dimension 0 or dimension 1 sizes of field {path} "
                 f"(dimension 0: {len(value)}, dimension 1: {d1})"

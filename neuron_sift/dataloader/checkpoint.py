@@ -12,7 +12,8 @@ from typing import Any, List, Optional
 import torch
 
 from neuron_sift.data_model.data_model_interface import SiftingBatch
-from neuron_sift.data_model.default_batch import DefaultBatchTransform, DefaultSiftingBatch, _Leaf
+from neuron_sift.data_model.default_batch import DefaultBatchTransform, DefaultSiftingBatch
+from neuron_sift.data_model.leaves import Leaf
 from neuron_sift.data_model.list_batch import ListBatch
 from neuron_sift.data_model.tensor_batch import TensorBatch
 from neuron_sift.dataloader.accumulator import BatchAccumulator
@@ -34,16 +35,6 @@ def to_cpu(value: Any) -> Any:
     return value
 
 
-def spec_signature(spec: Any) -> Any:
-    """The structure of a parsed batch without its container types: nested lists of names."""
-    kind = spec[0]
-    if kind == "leaf":
-        return ["leaf"]
-    if kind == "map":
-        return ["map", [str(k) for k in spec[2]], [spec_signature(c) for c in spec[3]]]
-    return ["seq", [spec_signature(c) for c in spec[2]]]
-
-
 def pending_to_state(batch: Optional[SiftingBatch]) -> Optional[dict]:
     if batch is None or len(batch) == 0:
         return None
@@ -51,8 +42,8 @@ def pending_to_state(batch: Optional[SiftingBatch]) -> Optional[dict]:
         return {
             "kind": "default",
             "size": len(batch),
-            "signature": spec_signature(batch._spec),
-            "leaves": [{"axis": leaf.axis, "value": to_cpu(leaf.value)} for leaf in batch._leaves],
+            "signature": batch.structure.signature(),
+            "leaves": [{"axis": leaf.axis, "value": to_cpu(leaf.value)} for leaf in batch.leaves],
         }
     if isinstance(batch, ListBatch):
         return {"kind": "list_batch", "inputs": to_cpu(batch.inputs), "labels": to_cpu(batch.labels)}
@@ -81,19 +72,19 @@ class PendingSamples:
         """Rebuild the samples as a batch of the same kind and structure as ``like``."""
         s = self.state
         if s["kind"] == "default":
-            if not isinstance(like, DefaultSiftingBatch) or spec_signature(like._spec) != s["signature"]:
+            if not isinstance(like, DefaultSiftingBatch) or like.structure.signature() != s["signature"]:
                 raise ValueError(
                     "the checkpoint's pending samples have another batch structure than the source batches "
                     f"after loading ({s['signature']} vs "
-                    f"{spec_signature(like._spec) if isinstance(like, DefaultSiftingBatch) else type(like).__name__})"
+                    f"{like.structure.signature() if isinstance(like, DefaultSiftingBatch) else type(like).__name__})"
                 )
-            leaves: List[_Leaf] = []
-            for saved, current in zip(s["leaves"], like._leaves):
+            leaves: List[Leaf] = []
+            for saved, current in zip(s["leaves"], like.leaves):
                 value = saved["value"]
                 if isinstance(value, torch.Tensor) and isinstance(current.value, torch.Tensor):
                     value = value.to(current.value.device)
-                leaves.append(_Leaf(value, saved["axis"]))
-            return DefaultSiftingBatch(like._spec, leaves, int(s["size"]))
+                leaves.append(Leaf(value, saved["axis"]))
+            return DefaultSiftingBatch(like.structure, leaves, int(s["size"]))
         if s["kind"] == "list_batch":
             return ListBatch(list(s["inputs"]), None if s["labels"] is None else list(s["labels"]))
         device = like.inputs.device if isinstance(like, TensorBatch) else torch.device("cpu")

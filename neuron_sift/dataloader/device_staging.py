@@ -19,20 +19,21 @@ from typing import Any, List, Optional
 import torch
 
 from neuron_sift.backends.base import Backend
-from neuron_sift.data_model.default_batch import DefaultSiftingBatch, _Leaf
+from neuron_sift.data_model.default_batch import DefaultSiftingBatch
+from neuron_sift.data_model.leaves import Leaf
 from neuron_sift.exceptions import UnsupportedDataFormatException
 
 
-def is_device_leaf(leaf: _Leaf) -> bool:
+def is_device_leaf(leaf: Leaf) -> bool:
     return isinstance(leaf.value, torch.Tensor)
 
 
 def batch_to_device(batch: DefaultSiftingBatch, device: torch.device) -> DefaultSiftingBatch:
     """Tensor fields moved to ``device`` (a no-op for tensors already there)."""
     leaves = [
-        _Leaf(leaf.value.to(device), leaf.axis) if is_device_leaf(leaf) else leaf for leaf in batch._leaves
+        Leaf(leaf.value.to(device), leaf.axis) if is_device_leaf(leaf) else leaf for leaf in batch.leaves
     ]
-    return DefaultSiftingBatch(batch._spec, leaves, len(batch))
+    return DefaultSiftingBatch(batch.structure, leaves, len(batch))
 
 
 def pad_batch(batch: DefaultSiftingBatch, rows: int) -> DefaultSiftingBatch:
@@ -48,7 +49,7 @@ def pad_batch(batch: DefaultSiftingBatch, rows: int) -> DefaultSiftingBatch:
 
 
 def has_host_leaves(batch: DefaultSiftingBatch) -> bool:
-    return any(not is_device_leaf(leaf) for leaf in batch._leaves)
+    return any(not is_device_leaf(leaf) for leaf in batch.leaves)
 
 
 class DeviceStaging:
@@ -72,8 +73,8 @@ class DeviceStaging:
         self._capacity = (batch_size if limit is None else limit) + rows_per_add
         self.fill = 0  # host mirror: decides emission without reading the device
         self._fill_t: Optional[torch.Tensor] = None  # device copy: the write offset
-        self._spec: Any = None
-        self._buffers: Optional[List[Any]] = None  # per leaf: device tensor, or a host _Leaf of waiting samples
+        self._structure: Any = None
+        self._buffers: Optional[List[Any]] = None  # per leaf: device tensor, or a host Leaf of waiting samples
         self._axes: List[int] = []
         self._preloaded: Optional[DefaultSiftingBatch] = None
 
@@ -116,17 +117,17 @@ class DeviceStaging:
                 f"internal error: {self.fill} waiting rows plus {m} offered exceed the staging capacity "
                 f"{self._capacity} (limit {self.limit}, {count} kept)"
             )
-        if len(batch._leaves) != len(self._buffers):
+        if len(batch.leaves) != len(self._buffers):
             raise UnsupportedDataFormatException(
                 "cannot accumulate batches of different structure; every source batch must have the same fields"
             )
         slots = self._fill_t + torch.arange(m, device=order.device)
-        for i, leaf in enumerate(batch._leaves):
+        for i, leaf in enumerate(batch.leaves):
             buf = self._buffers[i]
-            if isinstance(buf, _Leaf):
+            if isinstance(buf, Leaf):
                 if host_indices is None:
                     raise RuntimeError("host fields need the kept indices on the host")
-                self._buffers[i] = _Leaf.concat([buf, leaf.select(host_indices[:count])], path=f"leaf {i}")
+                self._buffers[i] = Leaf.concat([buf, leaf.select(host_indices[:count])], path=f"leaf {i}")
                 continue
             rows = leaf.value.movedim(leaf.axis, 0)
             if tuple(rows.shape[1:]) != tuple(buf.shape[1:]) or rows.dtype != buf.dtype:
@@ -152,9 +153,9 @@ class DeviceStaging:
         pre, self._preloaded = self._preloaded, None
         source = pre if pre is not None else like
         p = len(pre) if pre is not None else 0
-        self._spec = source._spec
+        self._structure = source.structure
         self._buffers, self._axes = [], []
-        for leaf, current in zip(source._leaves, like._leaves):
+        for leaf, current in zip(source.leaves, like.leaves):
             self._axes.append(leaf.axis)
             if not is_device_leaf(current):
                 self._buffers.append(leaf if pre is not None else leaf.select([]))
@@ -174,18 +175,18 @@ class DeviceStaging:
             return None
         if self._buffers is None:
             raise RuntimeError("internal error: restored samples must be bound to a source batch before emission")
-        leaves: List[_Leaf] = []
+        leaves: List[Leaf] = []
         for i, buf in enumerate(self._buffers):
             axis = self._axes[i]
-            if isinstance(buf, _Leaf):
+            if isinstance(buf, Leaf):
                 leaves.append(buf.select(range(b)))
                 self._buffers[i] = buf.select(range(b, buf.size()))
                 continue
-            leaves.append(_Leaf(buf[:b].movedim(0, axis), axis))
+            leaves.append(Leaf(buf[:b].movedim(0, axis), axis))
             self._buffers[i] = torch.cat([buf[b:], buf[:b]])
         self.fill -= b
         self._fill_t = self._fill_t - b
-        return DefaultSiftingBatch(self._spec, leaves, b)
+        return DefaultSiftingBatch(self._structure, leaves, b)
 
     def bind(self, like: DefaultSiftingBatch) -> None:
         """Create the buffers now (restored samples first), so that they can be emitted before
@@ -214,11 +215,11 @@ class DeviceStaging:
             return None
         leaves = []
         for i, buf in enumerate(self._buffers):
-            if isinstance(buf, _Leaf):
+            if isinstance(buf, Leaf):
                 leaves.append(buf)
             else:
-                leaves.append(_Leaf(place(buf)[: self.fill].movedim(0, self._axes[i]), self._axes[i]))
-        return DefaultSiftingBatch(self._spec, leaves, self.fill)
+                leaves.append(Leaf(place(buf)[: self.fill].movedim(0, self._axes[i]), self._axes[i]))
+        return DefaultSiftingBatch(self._structure, leaves, self.fill)
 
 
 def staged_selection(sl: Any, scored: DefaultSiftingBatch, out: Any, n: int):

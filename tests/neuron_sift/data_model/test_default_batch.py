@@ -501,13 +501,14 @@ def test_transformed_batch_reads_like_the_users_batch():
 
 def test_fields_of_tensors_parse_like_the_general_parser():
     """The direct path for a list/tuple of tensor fields builds the general parser's tree."""
-    from neuron_sift.data_model.default_batch import _spec_structure
+    from neuron_sift.data_model.structure import BatchStructure
 
     batch = default_collate(tuple_samples(B))
     fast = DefaultBatchTransform(B).transform((batch[0], batch[1]))
     general = DefaultBatchTransform(B).transform((batch[0], batch[1], list(batch[2])))  # a list field: general path
-    assert fast.structure == _spec_structure(fast._spec) == ("seq", (("leaf", 0), ("leaf", 1)))
-    assert general.structure[1][:2] == fast.structure[1]
+    assert fast.structure == BatchStructure.sequence(tuple, [BatchStructure.leaf(0), BatchStructure.leaf(1)])
+    assert fast.structure.container is tuple and general.structure.container is tuple
+    assert general.structure.children[:2] == fast.structure.children
     assert_same(DefaultBatchTransform(B).reverse_transform(fast), (batch[0], batch[1]))
 
 
