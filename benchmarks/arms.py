@@ -33,7 +33,11 @@ accuracy now, clock paused), ``trained(ids, seen)`` after every optimizer step (
 trained samples and evaluates at every ``1 / evals_per_epoch`` epoch of ``seen``),
 ``end_epoch()`` after each pass. The returned dict may set ``samples_kept`` (default:
 samples trained), ``scoring_forward_samples`` (default 0), ``planned_steps`` (default: the
-schedule's) and any extra keys, which land in the run's results.
+schedule's) and any extra keys, which land in the run's results. The loops the arms here
+share (the plain loop, one loss-weighted epoch over a planned subset, one optimizer step)
+are in ``loops.py``. An arm over a sifting loader sizes its schedule with the library's
+plan (``neuron_sift.integrations.schedules.planned_steps``, an ``EpochSiftingDataloader``'s
+``planned_steps()``), never with a count of its own.
 
 Registering: ``register(name, fn, default=..., description=...)`` or the decorator form;
 ``default=True`` adds the arm to the suite's default ``--arms``. Any file
@@ -49,9 +53,10 @@ The arms here: ``full@0.4``, ``full@0.6``, ``full@0.8``, ``full`` (= ``full@1.0`
 import importlib
 import math
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -61,6 +66,11 @@ from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
 from neuron_sift.integrations.schedules import planned_steps
 from neuron_sift.loss.abstract_sift_loss_module import Loss
 from neuron_sift.sift_config.sift_configs import LossConfig, RelativeProbabilisticSiftConfig, SiftingBaseConfig
+
+from loops import train_plain
+
+if TYPE_CHECKING:
+    from runner import ArmContext
 
 
 @dataclass
@@ -72,14 +82,14 @@ class ArmSpec:
     frontier: float = 0.0  # > 0: a full-data run of this fraction of the epochs
 
 
-ARMS: Dict[str, ArmSpec] = {}
+ARMS: dict[str, ArmSpec] = {}
 
 
-def register(name: str, fn: Optional[Callable] = None, *, default: bool = False, description: str = "",
-             frontier: float = 0.0):
+def register(name: str, fn: Callable | None = None, *, default: bool = False, description: str = "",
+             frontier: float = 0.0) -> Callable:
     """Register ``fn`` as arm ``name`` (also usable as a decorator). A name already taken is an error."""
 
-    def add(f):
+    def add(f: Callable) -> Callable:
         if name in ARMS:
             raise ValueError(f"arm {name!r} is already registered")
         ARMS[name] = ArmSpec(name, f, default, description, frontier)
@@ -102,11 +112,11 @@ def get_arm(name: str) -> ArmSpec:
     raise KeyError(name)
 
 
-def default_arms() -> List[str]:
+def default_arms() -> list[str]:
     return [name for name, spec in ARMS.items() if spec.default]
 
 
-def load_plugins() -> List[str]:
+def load_plugins() -> list[str]:
     """Import every ``benchmarks/*_arms.py`` (their ``register`` calls add arms)."""
     names = sorted(p.stem for p in Path(__file__).resolve().parent.glob("*_arms.py"))
     for name in names:
@@ -124,26 +134,8 @@ def frontier_epochs(fraction: float, epochs: int) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def train_plain(ctx, loader, epochs: int, sched, seen_of=None) -> int:
-    """The plain loop (mean cross-entropy) over ``loader`` for ``epochs`` passes; returns the
-    samples trained. ``seen_of()`` gives the source samples passed over (default: trained)."""
-    trained = 0
-    for _ in range(epochs):
-        for x, y, ids in loader:
-            x, y = ctx.to_device(x, y)
-            loss = F.cross_entropy(ctx.model(x), y)
-            ctx.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            ctx.optimizer.step()
-            sched.step()
-            trained += int(ids.shape[0])
-            ctx.trained(ids, seen=seen_of() if seen_of else trained)
-        ctx.end_epoch()
-    return trained
-
-
-def _full_arm(fraction: float):
-    def full(ctx):
+def _full_arm(fraction: float) -> Callable[["ArmContext"], dict]:
+    def full(ctx: "ArmContext") -> dict:
         epochs = frontier_epochs(fraction, ctx.epochs)
         sched = ctx.step_schedule(epochs * len(ctx.source))
         trained = train_plain(ctx, ctx.source, epochs, sched)
@@ -160,6 +152,19 @@ register("full", _full_arm(1.0), default=True, description="all data, all epochs
 
 
 # ---------------------------------------------------------------------------------------------
+# the sifting loss: the sifting arms', and that of the planner of the uniform arm
+# ---------------------------------------------------------------------------------------------
+
+
+class PerSampleCrossEntropy(Loss):
+    """The sifting loss: the training loss, one value per sample."""
+
+    def loss(self, model: torch.nn.Module, transformed_batch: Any, original_batch: Any = None) -> torch.Tensor:
+        x, y, _ = original_batch
+        return F.cross_entropy(model(x), y, reduction="none")
+
+
+# ---------------------------------------------------------------------------------------------
 # uniform: a random subset of the sifting arms' kept share, no scoring
 # ---------------------------------------------------------------------------------------------
 
@@ -168,16 +173,27 @@ class UniformSubsetLoader:
     """Keeps a uniform random ``k = round(n / (1 + beta))`` rows of every source batch (after
     ``sift_delay`` source batches passed through whole) and yields full batches of B; kept
     rows left at the end of an epoch are carried into the next, as the sifting loader does.
-    No scoring forward: the cheapest way to train on the same share of the data."""
+    No scoring forward: the cheapest way to train on the same share of the data.
+
+    Per source batch it keeps what ``SiftingDataloader(selection_mode="fixed")`` keeps (the
+    config's ``fixed_keep_count``), with the same delay and the same carry, so it emits the
+    same number of batches per epoch: its plan is that loader's, from the library's planner
+    (``planned_steps``)."""
 
     def __init__(self, source: DataLoader, beta: float, sift_delay: int, seed: int):
         self.source = source
         self.b = source.batch_size
-        self.rule = RelativeProbabilisticSiftConfig(beta_value=beta, loss_history_length=1)  # fixed mode's k
+        self.rule = RelativeProbabilisticSiftConfig(
+            beta_value=beta,
+            loss_history_length=1,
+            loss_based_sift_config=LossConfig(sift_config=SiftingBaseConfig(sift_delay=sift_delay)),
+            selection_mode="fixed",
+            seed=seed,
+        )
         self.sift_delay = sift_delay
         self.g = torch.Generator().manual_seed(seed + 12345)
         self.delay_progress = 0
-        self.pending: List[tuple] = []
+        self.pending: list[tuple] = []
         self.n_pending = 0
         self.seen = 0
         self.kept = 0
@@ -186,22 +202,17 @@ class UniformSubsetLoader:
         return self.rule.fixed_keep_count(n)
 
     def planned_steps(self, epochs: int) -> int:
-        """Exact: the batches the next ``epochs`` epochs emit (fresh loader)."""
-        n = len(self.source.dataset)
-        sizes = [self.b] * (n // self.b) + ([n % self.b] if n % self.b else [])
-        delay, pending, steps = 0, 0, 0
-        for _ in range(epochs):
-            for s in sizes:
-                if delay < self.sift_delay:
-                    delay += 1
-                    steps += 1
-                    continue
-                pending += self.keep_count(s)
-                steps += pending // self.b
-                pending %= self.b
-        return steps
+        """Exact: the batches the first ``epochs`` epochs emit (planned before the first): the
+        plan of a fixed-mode ``SiftingDataloader`` with this loader's rule over the same
+        source, which is only planned, never iterated (its model, a module without
+        parameters, keeps it on the CPU whatever the run's device)."""
+        if self.seen:
+            raise RuntimeError("UniformSubsetLoader plans from its first epoch: call planned_steps() before iterating")
+        twin = SiftingDataloader(sift_config=self.rule, orig_dataloader=self.source,
+                                 loss_impl=PerSampleCrossEntropy(), model=torch.nn.Module())
+        return planned_steps(twin, epochs)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[list]:
         for batch in self.source:
             n = batch[0].shape[0]
             self.seen += n
@@ -216,7 +227,7 @@ class UniformSubsetLoader:
             self.n_pending += k
             self.kept += k
             while self.n_pending >= self.b:
-                cat = [torch.cat(parts) for parts in zip(*self.pending)]
+                cat = [torch.cat(parts) for parts in zip(*self.pending, strict=True)]
                 out = [t[: self.b] for t in cat]
                 rest = tuple(t[self.b :] for t in cat)
                 self.n_pending -= self.b
@@ -225,7 +236,7 @@ class UniformSubsetLoader:
 
 
 @register("uniform", default=True, description="a uniform random round(B / (1 + beta)) of every source batch")
-def uniform(ctx):
+def uniform(ctx: "ArmContext") -> dict:
     loader = UniformSubsetLoader(ctx.source, ctx.beta, ctx.task.sift_delay, ctx.seed)
     sched = ctx.step_schedule(loader.planned_steps(ctx.epochs))
     train_plain(ctx, loader, ctx.epochs, sched, seen_of=lambda: loader.seen)
@@ -237,16 +248,8 @@ def uniform(ctx):
 # ---------------------------------------------------------------------------------------------
 
 
-class PerSampleCrossEntropy(Loss):
-    """The sifting loss: the training loss, one value per sample."""
-
-    def loss(self, model, transformed_batch, original_batch=None):
-        x, y, _ = original_batch
-        return F.cross_entropy(model(x), y, reduction="none")
-
-
-def _sift_arm(mode: str):
-    def sift(ctx):
+def _sift_arm(mode: str) -> Callable[["ArmContext"], dict]:
+    def sift(ctx: "ArmContext") -> dict:
         config = RelativeProbabilisticSiftConfig(
             beta_value=ctx.beta,
             loss_history_length=ctx.task.history,

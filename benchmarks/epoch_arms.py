@@ -19,26 +19,35 @@ are the sweep of ``README.md``, "Epoch-level sifting"):
 * ``epoch-pct-w{warm}-a{anneal}``: warm-up epochs and annealing fraction around percentile.
 """
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import torch
-import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 from neuron_sift import EpochSiftConfig, EpochSiftingDataloader
 
 from arms import register
+from loops import train_weighted_epoch
+
+if TYPE_CHECKING:
+    from runner import ArmContext
 
 # The best setting of the sweep on the main job (README, "Epoch-level sifting").
 BEST = dict(policy="percentile", kept_share=0.5, beta_value=1.0, min_keep_probability=0.05,
             warmup_epochs=1, anneal_fraction=0.125)
 
 
-def train_epoch_sifted(ctx, config: dict) -> dict:
-    n = len(ctx.dataset)
+def train_epoch_sifted(ctx: "ArmContext", config: dict) -> dict:
     source = DataLoader(ctx.dataset, batch_size=ctx.task.batch_size, shuffle=True,
                         generator=torch.Generator().manual_seed(ctx.seed))
     loader = EpochSiftingDataloader(EpochSiftConfig(seed=ctx.seed, **config), source, num_epochs=ctx.epochs)
     budget = config.get("kept_share") is not None
     sched = ctx.step_schedule(loader.planned_steps()) if budget else ctx.epoch_schedule(ctx.epochs)
+
+    def weighted(ids: torch.Tensor, per_sample: torch.Tensor) -> torch.Tensor:
+        return loader.weighted_loss(per_sample)  # pairs the losses with the batch's ids itself
+
     kept_per_epoch = []
     for epoch in range(ctx.epochs):
         loader.start_epoch()  # plans the epoch: its length is known now
@@ -47,19 +56,7 @@ def train_epoch_sifted(ctx, config: dict) -> dict:
         kept_per_epoch.append(k)
         if not budget:
             sched.begin_epoch(len(loader))
-        done = 0
-        for x, y, ids in batches:
-            x, y = ctx.to_device(x, y)
-            per_sample = F.cross_entropy(ctx.model(x), y, reduction="none")
-            loss = loader.weighted_loss(per_sample)
-            ctx.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            ctx.optimizer.step()
-            sched.step()
-            done += int(ids.shape[0])
-            # skipped samples count as passed over in proportion, as in the infobatch arm
-            ctx.trained(ids, seen=epoch * n + (n * done) // max(k, 1))
-        ctx.end_epoch()
+        train_weighted_epoch(ctx, batches, sched, epoch, k, weighted)
     m = loader.metrics()
     return {
         "samples_kept": sum(kept_per_epoch),
@@ -73,15 +70,15 @@ def train_epoch_sifted(ctx, config: dict) -> dict:
     }
 
 
-def epoch_arm(**config):
-    def arm(ctx):
+def epoch_arm(**config) -> Callable[["ArmContext"], dict]:
+    def arm(ctx: "ArmContext") -> dict:
         return train_epoch_sifted(ctx, config)
 
     arm.__doc__ = f"EpochSiftingDataloader with {config}"
     return arm
 
 
-def _add(name: str, default: bool = False, **config):
+def _add(name: str, default: bool = False, **config) -> None:
     register(name, epoch_arm(**config), default=default, description=f"epoch-level sifting {config}")
 
 

@@ -130,10 +130,11 @@ def per_step(args) -> dict:
             opt.step()
             k += 1
         epochs_p.append((CLOCK() - t0) / k)
-    diffs = [s - p for s, p in zip(epochs_s, epochs_p)]
+    diffs = [s - p for s, p in zip(epochs_s, epochs_p, strict=True)]
     e2e = {"measure": "per_step_end_to_end", "n": m, "batch_size": b,
            "sifted_step_ms": statistics.median(epochs_s) * 1e3, "plain_step_ms": statistics.median(epochs_p) * 1e3,
-           "extra_ms": statistics.median(diffs) * 1e3, "share_of_step": statistics.median(diffs) / statistics.median(epochs_p)}
+           "extra_ms": statistics.median(diffs) * 1e3,
+           "share_of_step": statistics.median(diffs) / statistics.median(epochs_p)}
     return {"isolated": out, "end_to_end": e2e, "step_s": step}
 
 

@@ -1,7 +1,7 @@
 """The ``infobatch`` arm: a reimplementation of the rule published in InfoBatch (Qin et al.,
 "InfoBatch: Lossless Training Speed Up by Unbiased Dynamic Data Pruning", ICLR 2024),
 written here from the paper, as a peer reference. It is not InfoBatch's code (the public
-code patches ``DataLoader`` globally and, measured on torch 2.9, never ends an epoch).
+code patches ``DataLoader`` globally and, with torch 2.9, never ended an epoch).
 
 The rule:
 
@@ -23,11 +23,16 @@ The rule:
   epoch's batches)`` per step, ending at 0 after the last epoch (``ctx.epoch_schedule``).
 """
 
-import math
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 from torch.utils.data import DataLoader, Sampler
+
+from loops import train_weighted_epoch
+
+if TYPE_CHECKING:
+    from runner import ArmContext
 
 PRUNE_RATIO = 0.5
 ANNEAL = 0.125
@@ -36,8 +41,9 @@ ANNEAL = 0.125
 class InfoBatchSampler(Sampler):
     """Plans each epoch's kept samples from the recorded scores; iterates them in order."""
 
-    def __init__(self, n: int, epochs: int, order, seed: int, prune_ratio: float = PRUNE_RATIO,
-                 anneal: float = ANNEAL, device=None):
+    def __init__(self, n: int, epochs: int, order: Callable[[int], torch.Tensor], seed: int,
+                 prune_ratio: float = PRUNE_RATIO, anneal: float = ANNEAL,
+                 device: str | torch.device | None = None):
         self.n = n
         self.epochs = epochs
         self.order = order
@@ -50,7 +56,7 @@ class InfoBatchSampler(Sampler):
         self.weights = torch.ones(n)
         self.device_weights = self.weights.to(self.device)
         self.indices = torch.arange(0)
-        self.kept_per_epoch = []
+        self.kept_per_epoch: list[int] = []
 
     def plan(self, epoch: int) -> int:
         """Choose epoch ``epoch``'s samples and weights; returns how many are kept."""
@@ -75,40 +81,28 @@ class InfoBatchSampler(Sampler):
         self.scores[ids] = losses.detach().float()
         return self.device_weights[ids]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[int]:
         return iter(self.indices.tolist())
 
     def __len__(self) -> int:
         return int(self.indices.numel())
 
 
-def infobatch_arm(ctx):
+def infobatch_arm(ctx: "ArmContext") -> dict:
     """InfoBatch's published rule (see the module docstring), r = 0.5, annealing 12.5%."""
-    n = len(ctx.dataset)
-    sampler = InfoBatchSampler(n, ctx.epochs, ctx.order, ctx.seed, device=ctx.device)
+    sampler = InfoBatchSampler(len(ctx.dataset), ctx.epochs, ctx.order, ctx.seed, device=ctx.device)
     loader = DataLoader(ctx.dataset, batch_size=ctx.task.batch_size, sampler=sampler)
+
+    def weighted(ids: torch.Tensor, per_sample: torch.Tensor) -> torch.Tensor:
+        return (per_sample * sampler.record(ids, per_sample)).mean()  # records the scores, weighs
+
     sched = ctx.epoch_schedule(ctx.epochs)
     kept = 0
     for epoch in range(ctx.epochs):
         k = sampler.plan(epoch)
         kept += k
-        steps = math.ceil(k / ctx.task.batch_size)
-        sched.begin_epoch(steps)
-        done = 0
-        for i, (x, y, ids) in enumerate(loader):
-            x, y = ctx.to_device(x, y)
-            per_sample = F.cross_entropy(ctx.model(x), y, reduction="none")
-            weights = sampler.record(ids, per_sample)
-            loss = (per_sample * weights).mean()
-            ctx.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            ctx.optimizer.step()
-            sched.step()
-            done += int(ids.shape[0])
-            # pruned samples count as passed over in proportion, so evaluations fall at
-            # the same fractions of each epoch as in the other arms
-            ctx.trained(ids, seen=epoch * n + (n * done) // max(k, 1))
-        ctx.end_epoch()
+        sched.begin_epoch(len(loader))  # the planned epoch's batches
+        train_weighted_epoch(ctx, loader, sched, epoch, k, weighted)
     return {
         "samples_kept": kept,
         "scoring_forward_samples": 0,

@@ -27,7 +27,7 @@ Engines compared (``--engines``):
   sort-based kernel from B x H >= 65536); on XLA traced once (``backends/xla_pure.py``);
 - ``retrace``: on XLA only, the ``torch`` engine with the step traced anew for every
   source batch (the XLA path before the step was traced once);
-- ``host``: the NumPy step the eager backend runs on the CPU (``engine/cpu_step.py``);
+- ``host``: the host step (C kernels) the eager backend runs on the CPU (``engine/cpu_step.py``);
   eager only.
 
 ``python benchmarks/machinery.py --help`` for the options.
@@ -48,7 +48,8 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from suite import CNN1D, versions  # noqa: E402  (benchmarks/ is not a package)
+from environment import versions  # noqa: E402  (benchmarks/ is not a package)
+from tasks import CNN1D  # noqa: E402
 
 import neuron_sift.engine.step as step_module  # noqa: E402
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader  # noqa: E402
@@ -57,9 +58,17 @@ from neuron_sift.kernels.percentile import percentile_rank, percentile_rank_auto
 from neuron_sift.metrics.sifting_metrics import xla_compile_count  # noqa: E402
 from neuron_sift.sift_config.sift_configs import RelativeProbabilisticSiftConfig  # noqa: E402
 
-# engine -> (runs the NumPy host step, percentile kernel of the torch step, XLA: traced once)
+
+def pairwise_rank(losses: torch.Tensor, history: torch.Tensor, fill: torch.Tensor,
+                  slots: torch.Tensor | None = None, *, method: str = "search") -> torch.Tensor:
+    """The pairwise kernel in the place of ``percentile_rank_auto``: it sorts nothing, so the
+    sort method the step passes does not apply to it."""
+    return percentile_rank(losses, history, fill, slots)
+
+
+# engine -> (runs the host step, percentile kernel of the torch step, XLA: traced once)
 ENGINES = {
-    "pairwise": (False, percentile_rank, True),
+    "pairwise": (False, pairwise_rank, True),
     "torch": (False, percentile_rank_auto, True),
     "retrace": (False, percentile_rank_auto, False),
     "host": (True, None, True),
@@ -132,7 +141,8 @@ class _Arm:
         self.device, self.wait, self.batches = device, wait, batches
         n = b * batches
         g = torch.Generator().manual_seed(0)
-        self.data = TensorDataset(torch.rand(n, 40, generator=g), torch.randint(0, 10, (n,), generator=g), torch.arange(n))
+        self.data = TensorDataset(torch.rand(n, 40, generator=g), torch.randint(0, 10, (n,), generator=g),
+                                  torch.arange(n))
         self.b = b
         self.model = torch.nn.Linear(1, 1).to(device)  # only tells the loader the device
         config = RelativeProbabilisticSiftConfig(
@@ -143,7 +153,8 @@ class _Arm:
             seed=0,
         )
         self.user_loss = ColumnLoss()
-        self.loader = SiftingDataloader(sift_config=config, orig_dataloader=self.source(), loss_impl=self.user_loss, model=self.model)
+        self.loader = SiftingDataloader(sift_config=config, orig_dataloader=self.source(), loss_impl=self.user_loss,
+                                        model=self.model)
         self.loader.sifter = Sifter(config, self.loader.backend, self.loader.ranks, host_step=host_step)
         if not trace_once:
             self.loader.backend.trace_once = False
@@ -196,10 +207,10 @@ def machinery_interleaved(b, h, mode, engines, device, wait, batches, repeats, t
     for e, arm in arms.items():
         # Paired: each repeat's sifted epoch against the plain epoch right after it, so a
         # drift of the machine's speed cancels; the median over repeats is reported.
-        diffs = [(s_ - p_) / batches for s_, p_ in zip(arm.sift_times, arm.plain_times)]
+        diffs = [(s_ - p_) / batches for s_, p_ in zip(arm.sift_times, arm.plain_times, strict=True)]
         wall = statistics.median(diffs)
         step = statistics.median(step_times) if step_times else None
-        share = statistics.median(d / t for d, t in zip(diffs, step_times)) if step_times else None
+        share = statistics.median(d / t for d, t in zip(diffs, step_times, strict=True)) if step_times else None
         out[e] = (max(wall, 0.0), arm.host / (repeats * batches), new_compiles, step, share, (min(diffs), max(diffs)))
     return out
 
@@ -227,7 +238,8 @@ def parse_args(argv=None):
         help="comma-separated subset of pairwise,torch,retrace,host (default all; host runs on eager only, "
         "retrace on xla only)",
     )
-    p.add_argument("--mode", choices=("probabilistic", "fixed"), default="probabilistic", help="selection mode (default probabilistic)")
+    p.add_argument("--mode", choices=("probabilistic", "fixed"), default="probabilistic",
+                   help="selection mode (default probabilistic)")
     p.add_argument("--batches", type=int, default=32, help="source batches per timed epoch (default 32)")
     p.add_argument("--repeats", type=int, default=9, help="timed repeats; medians are taken (default 9)")
     p.add_argument(
@@ -283,8 +295,8 @@ def main(argv=None) -> int:
     rows = []
     for backend in args.backends:
         device, wait = setups[backend]
-        # Cheapest first: the pairwise kernel's B x H temporaries (up to ~100 MB) leave the
-        # allocator in a state that slows whatever runs after it in the same process.
+        # Cheapest first: the pairwise kernel's B x H temporaries (large at the biggest B and H)
+        # leave the allocator in a state that slows whatever runs after it in the same process.
         skip = EAGER_ONLY if backend == "xla" else XLA_ONLY
         engines = [e for e in RUN_ORDER if e in args.engines and e not in skip]
         for b in args.batch_sizes:
@@ -353,8 +365,8 @@ def format_table(rows, engines, markdown=False):
         out += ["| " + " | ".join(c) + " |" for c in lines]
         return "\n".join(out)
     widths = [max(len(h), *(len(c[i]) for c in lines)) for i, h in enumerate(head)]
-    out = ["  ".join(h.ljust(w) for h, w in zip(head, widths)), "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.ljust(w) for c, w in zip(cells, widths)) for cells in lines]
+    out = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)), "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) for cells in lines]
     return "\n".join(out)
 
 

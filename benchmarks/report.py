@@ -1,13 +1,14 @@
-"""The suite's arithmetic and output: time to target, the full-data frontier, the paired
-headline numbers, ``summary.jsonl``, the tables and the plot.
+"""The suite's arithmetic: time to target, the full-data frontier, the paired headline
+numbers, the summary rows (the schema of ``summary.jsonl``, which ``records.py`` writes) and
+the tables. Functions of the records only: no clock, no files (the plot is ``plot.py``).
+
+Times are wall-clock, or with ``clock="cpu"`` (``--clock cpu``) the process's CPU time over
+the same intervals (see ``clock.Clock``); both are recorded in every run.
 
 Per seed (``annotate_seed``), every arm is paired with the ``full`` run and the frontier
 runs (``full`` and every ``full@X``) of the same seed:
 
 * target: ``full``'s final test accuracy minus ``target_drop`` points;
-Times are wall-clock, or with ``clock="cpu"`` (``--clock cpu``) the process's CPU time over
-the same intervals (see ``runner.Clock``); both are recorded in every run.
-
 * time to target (``time_to_target``): the time of the first evaluation from which
   every later evaluation of the run stays at or above the target (not the first
   crossing, which rewards a lucky evaluation); ``None`` when the final one is below it;
@@ -35,10 +36,8 @@ undefined (no seed reached the target). ``iso_time_clamped``: seeds whose iso-ti
 was clamped. ``mislabeled_share`` (and its range) on ``mnist1d-noisy``.
 """
 
-import json
 import statistics
-from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 EPS = 1e-12
 
@@ -52,7 +51,7 @@ def time_key(clock: str) -> str:
     return {"wall": "wall_s", "cpu": "cpu_s"}[clock]
 
 
-def time_to_target(curve: Sequence[dict], target: float, key: str = "wall_s") -> Optional[float]:
+def time_to_target(curve: Sequence[dict], target: float, key: str = "wall_s") -> float | None:
     """Time of the first evaluation from which every later one stays >= ``target``."""
     t = None
     for point in curve:
@@ -64,7 +63,7 @@ def time_to_target(curve: Sequence[dict], target: float, key: str = "wall_s") ->
     return t
 
 
-def first_crossing(curve: Sequence[dict], target: float, key: str = "wall_s") -> Optional[float]:
+def first_crossing(curve: Sequence[dict], target: float, key: str = "wall_s") -> float | None:
     """Time of the first evaluation at or above ``target`` (for comparison only)."""
     for point in curve:
         if point["test_acc"] >= target - EPS:
@@ -72,7 +71,7 @@ def first_crossing(curve: Sequence[dict], target: float, key: str = "wall_s") ->
     return None
 
 
-def frontier_at(points: Sequence[Tuple[float, float]], t: float) -> Tuple[float, Optional[str]]:
+def frontier_at(points: Sequence[tuple[float, float]], t: float) -> tuple[float, str | None]:
     """The frontier's accuracy at wall-clock ``t``: piecewise linear through ``points``
     ((wall, accuracy), sorted here by wall); clamped to the first / last point outside
     their range, with ``"below"`` / ``"above"`` saying so (``None`` inside)."""
@@ -83,7 +82,7 @@ def frontier_at(points: Sequence[Tuple[float, float]], t: float) -> Tuple[float,
         return pts[0][1], "below"
     if t > pts[-1][0]:
         return pts[-1][1], "above"
-    for (w0, a0), (w1, a1) in zip(pts, pts[1:]):
+    for (w0, a0), (w1, a1) in zip(pts, pts[1:], strict=False):
         if w0 <= t <= w1:
             if w1 - w0 <= EPS:
                 return max(a0, a1), None
@@ -91,7 +90,7 @@ def frontier_at(points: Sequence[Tuple[float, float]], t: float) -> Tuple[float,
     return pts[-1][1], None  # a single point, t equal to it
 
 
-def _ratio(num: Optional[float], den: Optional[float]) -> Optional[float]:
+def _ratio(num: float | None, den: float | None) -> float | None:
     if num is None or den is None or num <= 0 or den <= 0:
         return None
     return num / den
@@ -115,7 +114,7 @@ def paired(arm: dict, full: dict, frontier: Sequence[dict], key: str = "wall_s")
     }
 
 
-def annotate_seed(results: Dict[str, dict], target_drop: float, clock: str = "wall") -> None:
+def annotate_seed(results: dict[str, dict], target_drop: float, clock: str = "wall") -> None:
     """Adds target, time to target (on ``clock``) and the paired numbers to every arm's
     results of one seed (``results``: arm -> result dict, with its curve)."""
     key = time_key(clock)
@@ -131,10 +130,10 @@ def annotate_seed(results: Dict[str, dict], target_drop: float, clock: str = "wa
         r["paired"] = paired(r, full, frontier, key)
 
 
-def reannotate(records: List[dict], clock: str) -> None:
+def reannotate(records: list[dict], clock: str) -> None:
     """Recomputes every run's paired numbers on ``clock`` from the curves, seed by seed
     (each record's own ``target_drop_points``)."""
-    groups: Dict[tuple, Dict[str, dict]] = {}
+    groups: dict[tuple, dict[str, dict]] = {}
     for r in records:
         groups.setdefault((r["task"], r["backend"], r["seed"]), {})[r["arm"]] = r
     for (task, backend, seed), runs in groups.items():
@@ -144,7 +143,7 @@ def reannotate(records: List[dict], clock: str) -> None:
         annotate_seed({arm: r["results"] for arm, r in runs.items()}, drop, clock)
 
 
-def stat(values: Sequence[Optional[float]]) -> Tuple[Optional[float], Optional[float], Optional[float]]:
+def stat(values: Sequence[float | None]) -> tuple[float | None, float | None, float | None]:
     """(median, min, max) of the values that are not None; Nones when there are none."""
     v = [x for x in values if x is not None]
     if not v:
@@ -154,16 +153,19 @@ def stat(values: Sequence[Optional[float]]) -> Tuple[Optional[float], Optional[f
 
 def _metric(row: dict, key: str, values, digits: int = 4) -> None:
     med, lo, hi = stat(values)
-    rnd = (lambda x: None if x is None else round(x, digits))
+
+    def rnd(x: float | None) -> float | None:
+        return None if x is None else round(x, digits)
+
     row[key], row[key + "_min"], row[key + "_max"] = rnd(med), rnd(lo), rnd(hi)
 
 
-def summarize(records: List[dict], clock: Optional[str] = None) -> List[dict]:
+def summarize(records: list[dict], clock: str | None = None) -> list[dict]:
     """One summary row per (task, backend, arm), in the order of the records; with
     ``clock``, the paired numbers are first recomputed on it (``reannotate``)."""
     if clock is not None:
         reannotate(records, clock)
-    keys: List[tuple] = []
+    keys: list[tuple] = []
     for r in records:
         k = (r["task"], r["backend"], r["arm"])
         if k not in keys:
@@ -197,12 +199,6 @@ def summarize(records: List[dict], clock: Optional[str] = None) -> List[dict]:
             _metric(row, "xla_host_reads_per_step", [x["xla_host_reads_per_step"] for x in res], 3)
         rows.append(row)
     return rows
-
-
-def write_summary(rows: List[dict], path: Path) -> None:
-    """``summary.jsonl``: replaced, one line per row."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
 
 
 def fmt(row: dict, key: str, spec: str) -> str:
@@ -239,7 +235,7 @@ DETAIL = [
 ]
 
 
-def _cell(row: dict, key: str, spec: Optional[str]) -> str:
+def _cell(row: dict, key: str, spec: str | None) -> str:
     if key == "reached":
         return f"{row['reached']}/{row['seeds']}"
     if key == "iso_time_gain" and row.get("iso_time_clamped"):
@@ -247,7 +243,7 @@ def _cell(row: dict, key: str, spec: Optional[str]) -> str:
     return fmt(row, key, spec)
 
 
-def format_tables(rows: List[dict], markdown: bool = False, columns=None) -> str:
+def format_tables(rows: list[dict], markdown: bool = False, columns=None) -> str:
     """The headline table per task (or ``columns``), median [min, max] over seeds."""
     columns = columns or HEADLINE
     out, groups = [], []
@@ -274,86 +270,8 @@ def format_tables(rows: List[dict], markdown: bool = False, columns=None) -> str
         else:
             widths = [max(len(h), *(len(c[i]) for c in cells)) for i, (_, h, _) in enumerate(cols)]
             out.append(title)
-            out.append("  ".join(h.ljust(w) for (_, h, _), w in zip(cols, widths)))
+            out.append("  ".join(h.ljust(w) for (_, h, _), w in zip(cols, widths, strict=True)))
             out.append("  ".join("-" * w for w in widths))
-            out.extend("  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells)
+            out.extend("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells)
         out.append("")
     return "\n".join(out)
-
-
-ARM_COLORS = {"full": "black", "uniform": "tab:brown", "sift-probabilistic": "tab:blue", "sift-fixed": "tab:orange",
-              "infobatch": "tab:green"}
-FRONTIER_COLORS = {"full@0.4": "#bbbbbb", "full@0.6": "#999999", "full@0.8": "#666666"}
-
-
-def plot(records: List[dict], rows: List[dict], path: Path) -> None:
-    """Per task: accuracy against wall-clock of every run with the frontier line of each
-    seed (through its frontier runs' end points), and the speedups and iso-time gain per
-    arm (median, whiskers: min and max over seeds)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    groups = []
-    for r in records:
-        if (r["task"], r["backend"]) not in groups:
-            groups.append((r["task"], r["backend"]))
-    fig, axes = plt.subplots(len(groups), 2, figsize=(14, 4.8 * len(groups)), squeeze=False)
-    palette = plt.get_cmap("tab10")
-    for (ax, bx), (task, backend) in zip(axes, groups):
-        rs = [r for r in records if (r["task"], r["backend"]) == (task, backend)]
-        clock = rs[0]["results"].get("clock", "wall")
-        key = time_key(clock)
-        arms = list(dict.fromkeys(r["arm"] for r in rs))
-        colors = {a: ARM_COLORS.get(a) or FRONTIER_COLORS.get(a) or palette((i + 5) % 10) for i, a in enumerate(arms)}
-        for arm in arms:
-            for i, r in enumerate(x for x in rs if x["arm"] == arm):
-                c = r["results"]["curve"]
-                ax.plot([p[key] for p in c], [100 * p["test_acc"] for p in c], color=colors[arm], alpha=0.75,
-                        lw=1.0, label=arm if i == 0 else None)
-        for j, seed in enumerate(dict.fromkeys(r["seed"] for r in rs)):
-            pts = sorted((r["results"][key], 100 * r["results"]["final_test_acc"]) for r in rs
-                         if r["seed"] == seed and is_frontier(r["arm"]))
-            ax.plot(*zip(*pts), color="red", ls="--", marker="o", ms=4, lw=1.4, label="frontier (per seed)" if j == 0 else None)
-        targets = [100 * r["results"]["target_acc"] for r in rs]
-        ax.axhline(statistics.median(targets), color="red", ls=":", lw=0.8, label="target (median)")
-        finals = [100 * r["results"]["final_test_acc"] for r in rs]
-        ax.set_ylim(max(0.0, min(finals) - 10), min(100.0, max(finals) + 1.5))
-        ax.set_xlabel(f"training time s, {clock} clock (evaluation excluded)")
-        ax.set_ylabel("test accuracy %")
-        ax.set_title(f"{task} ({backend}): accuracy against time; frontier: full@x end points", fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(loc="lower right", fontsize=7, ncol=2)
-
-        srows = [r for r in rows if (r["task"], r["backend"]) == (task, backend)]
-        xs = list(range(len(srows)))
-        for off, key, marker, label in ((-0.15, "speedup_vs_full", "o", "speedup vs full"),
-                                        (0.0, "speedup_vs_frontier", "s", "speedup vs frontier")):
-            for x, r in zip(xs, srows):
-                if r.get(key) is None:
-                    continue
-                bx.errorbar(x + off, r[key], yerr=[[r[key] - r[key + "_min"]], [r[key + "_max"] - r[key]]], fmt=marker,
-                            color="tab:blue" if key == "speedup_vs_full" else "tab:purple", capsize=3,
-                            label=label if x == next(i for i, q in zip(xs, srows) if q.get(key) is not None) else None)
-        bx.axhline(1.0, color="gray", lw=0.8)
-        bx.set_ylabel("speedup (time to target), seeds that reached it")
-        gx = bx.twinx()
-        for x, r in zip(xs, srows):
-            gx.errorbar(x + 0.15, r["iso_time_gain"], yerr=[[r["iso_time_gain"] - r["iso_time_gain_min"]],
-                        [r["iso_time_gain_max"] - r["iso_time_gain"]]], fmt="D", color="tab:green", capsize=3,
-                        label="iso-time gain" if x == 0 else None)
-        gx.axhline(0.0, color="tab:green", lw=0.6, ls=":")
-        gx.set_ylabel("iso-time gain, points (vs frontier at the arm's wall-clock)", color="tab:green")
-        bx.set_xticks(xs)
-        bx.set_xticklabels([f"{r['arm']}\n{r['reached']}/{r['seeds']}" for r in srows], fontsize=7)
-        bx.set_title(f"{task}: median, whiskers min-max over seeds; under each arm: seeds that reached the target",
-                     fontsize=9)
-        bx.grid(alpha=0.3)
-        h1, l1 = bx.get_legend_handles_labels()
-        h2, l2 = gx.get_legend_handles_labels()
-        bx.legend(h1 + h2, l1 + l2, loc="upper right", fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)

@@ -1,168 +1,41 @@
-"""Runs the arms fairly: seeds, initial weights, data order, schedules, the clock, runs.jsonl.
+"""Runs the arms fairly: seeds, initial weights, the arm's context, the clock, evaluation,
+the results of a run and the lines of ``runs.jsonl``.
 
 Fairness, per seed: the same initial weights (built once, copied into every arm), the same
-data order (``EpochOrder``: one permutation per seed and epoch, the same for every arm),
-the same optimizer, and a cosine learning-rate schedule that decays to 0 at the end of the
-arm's *own* run (``CosineSchedule``: over its planned steps, or epoch by epoch when each
-epoch's length is known only when it is planned), after a linear warm-up over the task's
-``warmup`` share of that same run (0 for most tasks). Wall-clock covers everything the
-training loop waits for, scoring forwards and selection included; the clock is paused
-while test accuracy is evaluated (``evals_per_epoch`` times per epoch of source data).
-The arms of a seed run in a seeded random order, so a drift in the machine's speed does
-not favour one arm systematically; an untimed warm-up of a throwaway model pays the
-process's one-time costs before the first arm.
+data order (``fairness.EpochOrder``: one permutation per seed and epoch, the same for every
+arm), the same optimizer, and a cosine learning-rate schedule that decays to 0 at the end
+of the arm's *own* run (``fairness.CosineSchedule``: over its planned steps, or epoch by
+epoch when each epoch's length is known only when it is planned), after a linear warm-up
+over the task's ``warmup`` share of that same run (0 for most tasks). Wall-clock
+(``clock.Clock``) covers everything the training loop waits for, scoring forwards and
+selection included; the clock is paused while test accuracy is evaluated
+(``evals_per_epoch`` times per epoch of source data). The arms of a seed run in a seeded
+random order, so a drift in the machine's speed does not favour one arm systematically; an
+untimed warm-up of a throwaway model pays the process's one-time costs before the first arm.
 """
 
 import copy
-import json
-import math
-import os
-import platform
 import random
-import subprocess
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Any
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, Sampler, TensorDataset
-
-import neuron_sift
-from neuron_sift.metrics.sifting_metrics import xla_compile_count
+from torch.utils.data import DataLoader, TensorDataset
 
 from arms import get_arm
+from clock import Clock, XlaCounters
+from fairness import CosineSchedule, EpochOrder
+from records import append_record, run_record
 from report import annotate_seed
 from tasks import Data, TaskConfig, make_model
 
 
-class Clock:
-    """Wall-clock with pause (evaluation is not training time), and beside it the process's
-    CPU time over the same intervals (``cpu_total``): on a shared machine other processes
-    stretch the wall-clock, not the CPU time of a one-thread eager run, which is what its
-    wall-clock would be on an idle machine (``--clock cpu`` reports with it)."""
-
-    def __init__(self, sync=None):
-        self.total = 0.0
-        self.cpu_total = 0.0
-        self.start = None
-        self.cpu_start = None
-        self.sync = sync
-
-    def resume(self):
-        self.start = time.perf_counter()
-        self.cpu_start = time.process_time()
-
-    def pause(self):
-        if self.sync is not None:
-            self.sync()  # wait for the device before reading the clock
-        self.total += time.perf_counter() - self.start
-        self.cpu_total += time.process_time() - self.cpu_start
-        self.start = self.cpu_start = None
-
-
-def cosine_factor(total_steps: int):
-    def f(step: int) -> float:
-        return 0.5 * (1.0 + math.cos(math.pi * min(step, total_steps) / max(total_steps, 1)))
-
-    return f
-
-
-class CosineSchedule:
-    """lr = base_lr * cosine_factor, by steps (``total_steps``) or epoch by epoch.
-
-    By steps: ``step()`` advances ``1 / total_steps``; clamped at the end. Epoch by epoch
-    (``epochs`` given): call ``begin_epoch(steps)`` when the epoch's length is known; each
-    ``step()`` then advances ``1 / (epochs * steps)``, so the schedule ends at 0 after the
-    last epoch whatever each epoch's length.
-
-    ``warmup`` (a share of the run, 0 to < 1): the factor rises linearly from 0 to 1 over
-    that first share of the progress, then the cosine decays from 1 to 0 over the rest. It
-    is a share of the arm's own run, like the decay, so every arm warms up alike.
-    """
-
-    def __init__(self, optimizer, total_steps: Optional[int] = None, epochs: Optional[int] = None,
-                 warmup: float = 0.0):
-        if not 0.0 <= warmup < 1.0:
-            raise ValueError(f"warmup must be in [0, 1), got {warmup}")
-        self.optimizer = optimizer
-        self.base = [g["lr"] for g in optimizer.param_groups]
-        self.total_steps, self.epochs = total_steps, epochs
-        self.warmup = float(warmup)
-        self.progress = 0.0
-        self.epoch_start = 0.0
-        self.epoch_steps = 0
-        self.epoch_done = 0
-        self.planned = total_steps
-        self._set()
-
-    def factor(self) -> float:
-        p = min(max(self.progress, 0.0), 1.0)
-        if p < self.warmup:
-            return p / self.warmup
-        return 0.5 * (1.0 + math.cos(math.pi * (p - self.warmup) / (1.0 - self.warmup)))
-
-    def _set(self):
-        f = self.factor()
-        for g, base in zip(self.optimizer.param_groups, self.base):
-            g["lr"] = base * f
-
-    def begin_epoch(self, steps: int):
-        if self.epochs is None:
-            raise RuntimeError("begin_epoch() is for a schedule built with epochs=")
-        self.epoch_start = self.progress if self.epoch_steps == 0 else self.epoch_start + 1.0 / self.epochs
-        self.epoch_start = min(self.epoch_start, 1.0)
-        self.progress = self.epoch_start
-        self.epoch_steps, self.epoch_done = max(int(steps), 1), 0
-        self.planned = (self.planned or 0) + int(steps)
-        self._set()
-
-    def step(self):
-        if self.epochs is None:
-            self.progress = (self.progress * self.total_steps + 1) / max(self.total_steps, 1)
-        else:
-            self.epoch_done += 1
-            self.progress = self.epoch_start + min(self.epoch_done, self.epoch_steps) / (self.epoch_steps * self.epochs)
-        self._set()
-
-
-class EpochOrder(Sampler):
-    """The seed's data order: epoch ``e`` (the ``e``-th iteration) is ``order(seed, e)``."""
-
-    def __init__(self, n: int, seed: int):
-        self.n, self.seed, self.epoch = n, seed, 0
-
-    def order(self, epoch: int) -> torch.Tensor:
-        return torch.randperm(self.n, generator=torch.Generator().manual_seed(1_000_003 * self.seed + epoch))
-
-    def __iter__(self):
-        order = self.order(self.epoch)
-        self.epoch += 1
-        return iter(order.tolist())
-
-    def __len__(self):
-        return self.n
-
-
-class XlaCounters:
-    """Compile count and host reads (torch_xla.debug.metrics), evaluation excluded."""
-
-    def __init__(self):
-        import torch_xla.debug.metrics as met
-
-        self.met = met
-
-    def snapshot(self):
-        r = self.met.metric_data("TransferFromDeviceTime")
-        return xla_compile_count(), (r[0] if r else 0)
-
-
 @torch.no_grad()
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, device, chunk: int = 2048) -> float:
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, device: torch.device, chunk: int = 2048) -> float:
     was = model.training
     model.eval()
     correct = 0
@@ -190,25 +63,22 @@ class ArmContext:
     order: Callable[[int], torch.Tensor]
     clock: Clock
     evals_per_epoch: int
-    sync: Optional[Callable] = None
-    counters: Optional[XlaCounters] = None
-    progress: object = None
-    curve: List[dict] = field(default_factory=list)
+    sync: Callable[[], None] | None = None
+    counters: XlaCounters | None = None
+    progress: Any = None
+    curve: list[dict] = field(default_factory=list)
     steps: int = 0
     trained_samples: int = 0
     seen: int = 0
     epochs_run: int = 0
-    schedule: Optional[CosineSchedule] = None
+    schedule: CosineSchedule | None = None
     mislabeled: int = 0
-    mislabeled_per_epoch: List[float] = field(default_factory=list)
+    mislabeled_per_epoch: list[float] = field(default_factory=list)
     _epoch_trained: int = 0
     _epoch_mislabeled: int = 0
     _next_eval: float = 0.0
-    _snap: Optional[list] = None
-    compiles: int = 0
-    reads: int = 0
 
-    def to_device(self, *tensors):
+    def to_device(self, *tensors: torch.Tensor) -> tuple:
         return tuple(t.to(self.device) for t in tensors)
 
     def step_schedule(self, total_steps: int) -> CosineSchedule:
@@ -223,18 +93,16 @@ class ArmContext:
 
     def evaluate(self, resume: bool = True) -> float:
         """Test accuracy now, the clock paused; appends a point to the curve."""
-        running = self.clock.start is not None
+        running = self.clock.running
         if running:
             self.clock.pause()
-        if self.counters and self._snap is not None:
-            c, r = self.counters.snapshot()
-            self.compiles += c - self._snap[0]
-            self.reads += r - self._snap[1]
+        if self.counters:
+            self.counters.add_since()
         acc = evaluate(self.model, self.data.x_test, self.data.y_test, self.device)
         self.curve.append({"wall_s": round(self.clock.total, 4), "cpu_s": round(self.clock.cpu_total, 4),
                            "source_samples": self.seen, "steps": self.steps, "test_acc": acc})
         if self.counters:
-            self._snap = list(self.counters.snapshot())
+            self.counters.mark()
         if running and resume:
             self.clock.resume()
         return acc
@@ -267,8 +135,10 @@ class ArmContext:
         self._epoch_trained = self._epoch_mislabeled = 0
 
 
-def run_arm(name: str, task: TaskConfig, data: Data, seed: int, init_state: dict, opts, backend: dict) -> dict:
-    """One arm, one seed: the arm's training, timed, and its results (without the pairing)."""
+def arm_context(name: str, task: TaskConfig, data: Data, seed: int, init_state: dict, opts: Any,
+                backend: dict[str, Any]) -> ArmContext:
+    """The seed's model (its initial weights), optimizer, data in the seed's order and a clock
+    at 0, for arm ``name``."""
     device = backend["device"]
     torch.manual_seed(seed)
     model = make_model(task)
@@ -290,14 +160,13 @@ def run_arm(name: str, task: TaskConfig, data: Data, seed: int, init_state: dict
                      clock=Clock(backend.get("wait")), evals_per_epoch=opts.evals_per_epoch, sync=backend.get("sync"),
                      counters=XlaCounters() if backend["name"] == "xla" else None, progress=progress)
     ctx._next_eval = n / opts.evals_per_epoch
-    ctx.evaluate()  # the starting point, at 0 s
-    ctx.clock.resume()
-    extra = get_arm(name).fn(ctx) or {}
-    if len(ctx.curve) > 1 and ctx.curve[-1]["steps"] == ctx.steps:
-        ctx.curve.pop()  # evaluated at the last step already: measured again below, at the final clock
-    ctx.evaluate(resume=False)  # final: the clock stays stopped
-    if progress:
-        progress.close()
+    return ctx
+
+
+def arm_results(ctx: ArmContext, extra: dict) -> dict:
+    """A finished run's results: accuracy, times, steps, sample counts, its curve, the arm's
+    own keys (``extra``), and the mislabeled shares and XLA counters where they apply."""
+    task, n = ctx.task, len(ctx.dataset)
     seen = ctx.epochs_run * n
     kept = extra.pop("samples_kept", ctx.trained_samples)
     scoring = extra.pop("scoring_forward_samples", 0)
@@ -309,7 +178,7 @@ def run_arm(name: str, task: TaskConfig, data: Data, seed: int, init_state: dict
         "epochs": ctx.epochs_run,
         "steps": ctx.steps,
         "planned_steps": planned,
-        "lr_at_end": optimizer.param_groups[0]["lr"],
+        "lr_at_end": ctx.optimizer.param_groups[0]["lr"],
         "source_samples_seen": seen,
         "samples_kept": kept,
         "kept_share": round(kept / max(task.epochs * n, 1), 4),
@@ -323,15 +192,30 @@ def run_arm(name: str, task: TaskConfig, data: Data, seed: int, init_state: dict
     if task.label_noise:
         result["mislabeled_share_trained"] = round(ctx.mislabeled / max(ctx.trained_samples, 1), 4)
         result["mislabeled_share_trained_per_epoch"] = ctx.mislabeled_per_epoch
-        result["mislabeled_share_data"] = round(float(data.mislabeled.float().mean()), 4)
+        result["mislabeled_share_data"] = round(float(ctx.data.mislabeled.float().mean()), 4)
     if ctx.counters:
-        result["xla_compiles"] = ctx.compiles
-        result["xla_host_reads"] = ctx.reads
-        result["xla_host_reads_per_step"] = round(ctx.reads / max(ctx.steps, 1), 3)
+        result["xla_compiles"] = ctx.counters.compiles
+        result["xla_host_reads"] = ctx.counters.reads
+        result["xla_host_reads_per_step"] = round(ctx.counters.reads / max(ctx.steps, 1), 3)
     return result
 
 
-def warm_up(task: TaskConfig, data: Data, device, steps: int = 20) -> None:
+def run_arm(name: str, task: TaskConfig, data: Data, seed: int, init_state: dict, opts: Any,
+            backend: dict[str, Any]) -> dict:
+    """One arm, one seed: the arm's training, timed, and its results (without the pairing)."""
+    ctx = arm_context(name, task, data, seed, init_state, opts, backend)
+    ctx.evaluate()  # the starting point, at 0 s
+    ctx.clock.resume()
+    extra = get_arm(name).fn(ctx) or {}
+    if len(ctx.curve) > 1 and ctx.curve[-1]["steps"] == ctx.steps:
+        ctx.curve.pop()  # evaluated at the last step already: evaluated again below, at the final clock
+    ctx.evaluate(resume=False)  # final: the clock stays stopped
+    if ctx.progress is not None:  # (a bar without a total has no truth value)
+        ctx.progress.close()
+    return arm_results(ctx, extra)
+
+
+def warm_up(task: TaskConfig, data: Data, device: torch.device, steps: int = 20) -> None:
     """Untimed: a throwaway model trains a few steps (allocator, kernels, lazy imports)."""
     model = make_model(task).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=task.lr)
@@ -346,8 +230,8 @@ def warm_up(task: TaskConfig, data: Data, device, steps: int = 20) -> None:
     evaluate(model, data.x_test, data.y_test, device)
 
 
-def run_task(task: TaskConfig, data: Data, arms: List[str], opts, backend: dict, vers: dict, config: dict,
-             json_path: Path) -> List[dict]:
+def run_task(task: TaskConfig, data: Data, arms: list[str], opts: Any, backend: dict[str, Any], vers: dict,
+             config: dict, json_path: Path) -> list[dict]:
     """Every seed, every arm (in a seeded random order), paired by seed; appends runs.jsonl."""
     records = []
     warm_up(task, data, backend["device"])
@@ -360,71 +244,12 @@ def run_task(task: TaskConfig, data: Data, arms: List[str], opts, backend: dict,
         for arm in run_order:
             r = run_arm(arm, task, data, seed, init_state, opts, backend)
             results[arm] = r
-            print(f"  seed {seed} {arm:<18} acc {r['final_test_acc']:.2%}  wall {r['wall_s']:.1f} s  cpu {r['cpu_s']:.1f} s  "
-                  f"steps {r['steps']}/{r['planned_steps']}  kept {r['kept_share']:.3f}", flush=True)
+            print(f"  seed {seed} {arm:<18} acc {r['final_test_acc']:.2%}  wall {r['wall_s']:.1f} s  "
+                  f"cpu {r['cpu_s']:.1f} s  steps {r['steps']}/{r['planned_steps']}  kept {r['kept_share']:.3f}",
+                  flush=True)
         annotate_seed(results, opts.target_drop, opts.clock)  # target, time to target, the paired numbers
         for arm in arms:
-            line = {
-                "task": task.name,
-                "arm": arm,
-                "seed": seed,
-                "backend": backend["name"],
-                "device": backend["device_desc"],
-                "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "versions": vers,
-                "config": config,
-                "results": results[arm],
-            }
+            line = run_record(task.name, arm, seed, backend, vers, config, results[arm])
             records.append(line)
-            with open(json_path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(line) + "\n")
+            append_record(json_path, line)
     return records
-
-
-def setup_backend(name: str) -> dict:
-    if name == "eager":
-        return {"name": "eager", "device": torch.device("cpu"), "device_desc": f"cpu ({platform.processor() or platform.machine()})"}
-    os.environ.setdefault("PJRT_DEVICE", "CPU")
-    import torch_xla
-    import torch_xla.core.xla_model as xm
-    import torch_xla.runtime as xr
-
-    device = torch_xla.device()  # before the first backward of the process (see README)
-    return {
-        "name": "xla",
-        "device": device,
-        "device_desc": f"xla:{xr.device_type()}",
-        "sync": torch_xla.sync,
-        "wait": xm.wait_device_ops,
-        "torch_xla": torch_xla.__version__,
-    }
-
-
-def git_commit() -> Optional[str]:
-    """HEAD's hash, '+dirty' when benchmarks/ or neuron_sift/ differ from it; None outside git."""
-    root = Path(__file__).resolve().parents[1]
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        if head.returncode != 0:
-            return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "benchmarks", "neuron_sift"], cwd=root,
-                               capture_output=True, text=True, timeout=10)
-        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def versions(backend: dict) -> dict:
-    v = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-        "neuron_sift": neuron_sift.__version__,
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "commit": git_commit(),
-    }
-    if "torch_xla" in backend:
-        v["torch_xla"] = backend["torch_xla"]
-    return v

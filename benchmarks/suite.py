@@ -12,20 +12,22 @@ Every task trains the same model several ways ("arms", ``arms.py``), same seeds:
 * ``infobatch``: a reimplementation of InfoBatch's published rule (``infobatch.py``);
 * arms registered by any ``benchmarks/*_arms.py`` file.
 
-Fairness (``runner.py``): per seed the same initial weights, the same data order, the same
-optimizer, a cosine schedule decayed to each arm's own end, the clock paused during
-evaluation. Numbers (``report.py``), per arm, paired by seed with ``full`` and the frontier,
-median [min, max] over seeds: ``speedup_vs_full``, ``speedup_vs_frontier`` (time to the
-target: the first evaluation from which every later one stays at or above ``full``'s final
-accuracy minus ``--target-drop`` points), ``iso_time_gain`` (the arm's final accuracy minus
-the frontier's at the arm's wall-clock), ``final_acc_delta``, and how many seeds reached
-the target. Tasks (``tasks.py``): ``mnist1d`` (default), ``mnist1d-noisy``,
-``mnist1d-redundant``, ``bert``, ``digits``; all generated or bundled locally.
+Fairness (``runner.py``, ``fairness.py``, ``clock.py``): per seed the same initial weights,
+the same data order, the same optimizer, a cosine schedule decayed to each arm's own end,
+the clock paused during evaluation. Numbers (``report.py``), per arm, paired by seed with
+``full`` and the frontier, median [min, max] over seeds: ``speedup_vs_full``,
+``speedup_vs_frontier`` (time to the target: the first evaluation from which every later
+one stays at or above ``full``'s final accuracy minus ``--target-drop`` points),
+``iso_time_gain`` (the arm's final accuracy minus the frontier's at the arm's wall-clock),
+``final_acc_delta``, and how many seeds reached the target. Tasks (``tasks.py``):
+``mnist1d`` (default), ``mnist1d-noisy``, ``mnist1d-redundant``, ``bert``, ``digits``; all
+generated or bundled locally.
 
 Output in ``--out`` (default ``benchmarks/results/``): the headline table first, then a
 detail table; ``runs.jsonl`` (appended: one JSON line per run: versions, backend, device,
 config, results, the accuracy curve, the paired numbers), ``summary.jsonl`` (replaced: one
-line per task and arm, schema in ``report.py``) and ``accuracy_vs_time.png``.
+line per task and arm, schema in ``report.py``; both written by ``records.py``) and
+``accuracy_vs_time.png`` (``plot.py``).
 ``--backend xla`` runs the same on torch-xla (``PJRT_DEVICE=CPU`` here, Trainium where
 torch-neuronx is installed) and adds the compile count and host reads per step.
 
@@ -33,7 +35,6 @@ torch-neuronx is installed) and adds the compile count and host reads per step.
 """
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import asdict, replace
@@ -44,14 +45,17 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is not a package
 
 from arms import ARMS, default_arms, get_arm, load_plugins  # noqa: E402
-from report import DETAIL, format_tables, plot, summarize, write_summary  # noqa: E402
-from runner import run_task, setup_backend, versions  # noqa: E402,F401  (versions: machinery.py imports it here)
-from tasks import CNN1D, DATA_SEED, TASK_ORDER, TASKS, TINY, make_data, model_description  # noqa: E402,F401
+from environment import setup_backend, versions  # noqa: E402
+from plot import plot  # noqa: E402
+from records import read_records, write_summary  # noqa: E402
+from report import DETAIL, format_tables, summarize  # noqa: E402
+from runner import run_task  # noqa: E402
+from tasks import DATA_SEED, TASK_ORDER, TASKS, TINY, TaskConfig, make_data, model_description  # noqa: E402
 
 DEFAULT_RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def parse_args(argv=None):
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     plugins = load_plugins()
     defaults = default_arms()
     p = argparse.ArgumentParser(
@@ -62,26 +66,35 @@ def parse_args(argv=None):
         "arm's speedup to the target accuracy against full and against the frontier, its iso-time accuracy gain "
         "over the frontier and its final accuracy against full. Writes runs.jsonl, summary.jsonl and a PNG.",
     )
-    p.add_argument("--task", default="mnist1d", help=f"one of {', '.join(TASK_ORDER)}, a comma-separated list, or 'all' (default mnist1d)")
-    p.add_argument("--seeds", default="0,1,2", help="comma-separated run seeds: weights, data order, draws (default 0,1,2)")
+    p.add_argument("--task", default="mnist1d",
+                   help=f"one of {', '.join(TASK_ORDER)}, a comma-separated list, or 'all' (default mnist1d)")
+    p.add_argument("--seeds", default="0,1,2",
+                   help="comma-separated run seeds: weights, data order, draws (default 0,1,2)")
     p.add_argument("--arms", default=",".join(defaults),
                    help=f"comma-separated arms; registered: {', '.join(ARMS)}; also full@X for X in (0, 1]; "
                    f"'full' is needed for the target (default: {','.join(defaults)})"
                    + (f"; plugins loaded: {', '.join(plugins)}" if plugins else ""))
-    p.add_argument("--epochs", type=int, help="the task's epochs, full's (default per task: " + ", ".join(f"{k} {v.epochs}" for k, v in TASKS.items()) + ")")
-    p.add_argument("--beta", type=float, default=1.0, help="beta_value of the uniform and sifting arms; kept share 1 / (1 + beta) (default 1.0)")
+    p.add_argument("--epochs", type=int, help="the task's epochs, full's (default per task: "
+                   + ", ".join(f"{k} {v.epochs}" for k, v in TASKS.items()) + ")")
+    p.add_argument("--beta", type=float, default=1.0,
+                   help="beta_value of the uniform and sifting arms; kept share 1 / (1 + beta) (default 1.0)")
     p.add_argument("--history", type=int, help="loss_history_length (default per task)")
-    p.add_argument("--sift-delay", type=int, help="source batches passed through before sifting starts (default per task)")
+    p.add_argument("--sift-delay", type=int,
+                   help="source batches passed through before sifting starts (default per task)")
     p.add_argument("--batch-size", type=int, help="source and training batch size (default per task)")
     p.add_argument("--n-train", type=int, help="training samples (default per task; MNIST-1D: 40000)")
-    p.add_argument("--target-drop", type=float, default=0.5, help="target = full arm's final test accuracy minus this many points (default 0.5)")
+    p.add_argument("--target-drop", type=float, default=0.5,
+                   help="target = full arm's final test accuracy minus this many points (default 0.5)")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="the time the speedups and the iso-time gain use: wall-clock (default) or the process's CPU "
                    "time over the same intervals (a one-thread eager run's wall-clock on an idle machine; for a "
                    "shared machine); both are recorded")
-    p.add_argument("--evals-per-epoch", type=int, default=4, help="test evaluations per epoch of source data, clock paused (default 4)")
-    p.add_argument("--backend", choices=("eager", "xla"), default="eager", help="eager CPU (default) or torch-xla (PJRT_DEVICE, CPU unless set)")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1: stable timings on a shared 2-core CPU; 0: torch's default)")
+    p.add_argument("--evals-per-epoch", type=int, default=4,
+                   help="test evaluations per epoch of source data, clock paused (default 4)")
+    p.add_argument("--backend", choices=("eager", "xla"), default="eager",
+                   help="eager CPU (default) or torch-xla (PJRT_DEVICE, CPU unless set)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch intra-op threads (default 1: stable timings on a shared 2-core CPU; 0: torch's default)")
     p.add_argument("--tiny", action="store_true", help="seconds-long sizes (for tests)")
     p.add_argument("--out", type=Path, default=DEFAULT_RESULTS, help=f"output folder (default {DEFAULT_RESULTS})")
     p.add_argument("--json", type=Path, help="JSON lines file to append the runs to (default OUT/runs.jsonl)")
@@ -89,7 +102,8 @@ def parse_args(argv=None):
     p.add_argument("--plot", type=Path, help="PNG path (default OUT/accuracy_vs_time.png)")
     p.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
-    p.add_argument("--summarize", type=Path, metavar="JSONL", help="only the tables, summary and plot from an existing runs file")
+    p.add_argument("--summarize", type=Path, metavar="JSONL",
+                   help="only the tables, summary and plot from an existing runs file")
     args = p.parse_args(argv)
     tasks = list(TASK_ORDER) if args.task == "all" else [t.strip() for t in args.task.split(",") if t.strip()]
     bad = [t for t in tasks if t not in TASKS]
@@ -127,7 +141,7 @@ def parse_args(argv=None):
     return args
 
 
-def task_config(name: str, args):
+def task_config(name: str, args: argparse.Namespace) -> TaskConfig:
     task = TASKS[name]
     if args.tiny:
         task = replace(task, **TINY[name])
@@ -136,29 +150,30 @@ def task_config(name: str, args):
     return replace(task, **{k: v for k, v in overrides.items() if v is not None})
 
 
-def report(records, args, summary_path: Path, plot_path: Path) -> None:
+def report(records: list[dict], args: argparse.Namespace, summary_path: Path, plot_path: Path) -> None:
     rows = summarize(records, args.clock)
     write_summary(rows, summary_path)
     print(format_tables(rows, args.markdown))
     print(format_tables(rows, args.markdown, columns=[("reached", "reached", None)] + DETAIL))
     plot(records, rows, plot_path)
     print(
-        f"times: the {args.clock} clock (--clock). reached: seeds whose run reached the target (full's final accuracy - drop) and stayed at or above it at every "
-        "later evaluation; speedups: full's (or the fastest frontier run's) time to the target / the arm's, over those "
-        "seeds; iso-time gain: final accuracy minus the frontier's (full@x end points, linear) at the arm's total time; "
+        f"times: the {args.clock} clock (--clock). reached: seeds whose run reached the target "
+        "(full's final accuracy - drop) and stayed at or above it at every later evaluation; speedups: full's "
+        "(or the fastest frontier run's) time to the target / the arm's, over those seeds; iso-time gain: final "
+        "accuracy minus the frontier's (full@x end points, linear) at the arm's total time; "
         "acc vs full: final accuracy minus full's, points. Median [min, max] over seeds.\n"
         f"summary: {summary_path}\nplot: {plot_path}"
     )
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out_dir = args.out
     json_path = args.json or out_dir / "runs.jsonl"
     summary_path = args.summary or out_dir / "summary.jsonl"
     plot_path = args.plot or out_dir / "accuracy_vs_time.png"
     if args.summarize:
-        records = [json.loads(line) for line in args.summarize.read_text().splitlines() if line.strip()]
+        records = read_records(args.summarize)
         report(records, args, summary_path, plot_path)
         return 0
     if args.threads:
@@ -169,7 +184,8 @@ def main(argv=None) -> int:
     json_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     print(
-        f"neuron_sift {vers['neuron_sift']}, torch {vers['torch']}, backend {backend['name']} ({backend['device_desc']}), "
+        f"neuron_sift {vers['neuron_sift']}, torch {vers['torch']}, "
+        f"backend {backend['name']} ({backend['device_desc']}), "
         f"{vers['torch_threads']} thread(s), commit {vers['commit']}; seeds {args.seeds}; beta {args.beta:g}; "
         f"arms {', '.join(args.arms)}",
         flush=True,

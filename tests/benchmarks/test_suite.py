@@ -1,4 +1,5 @@
-"""``benchmarks/suite.py`` (with tasks.py, arms.py, infobatch.py, runner.py, report.py) and
+"""``benchmarks/suite.py`` (with tasks.py, arms.py, loops.py, infobatch.py, epoch_arms.py,
+runner.py, fairness.py, clock.py, records.py, report.py, plot.py) and
 ``benchmarks/machinery.py`` at tiny sizes, so they cannot rot.
 
 The full runs (README's Benchmarks section) are not part of the tests.
@@ -8,7 +9,9 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -22,9 +25,9 @@ ARMS = ["full@0.4", "full@0.6", "full@0.8", "full", "uniform", "sift-probabilist
 
 sys.path.insert(0, str(BENCH))
 import arms  # noqa: E402
+import fairness  # noqa: E402
 import infobatch  # noqa: E402
-import runner  # noqa: E402
-import suite  # noqa: E402
+import suite  # noqa: E402,F401  (imports every module of the suite)
 import tasks  # noqa: E402
 
 
@@ -37,7 +40,8 @@ def run(script, *args, timeout=180):
 def test_help_lists_the_options():
     proc = run(SUITE, "--help")
     assert proc.returncode == 0, proc.stderr
-    for option in ("--task", "--seeds", "--arms", "--epochs", "--beta", "--backend", "--target-drop", "--tiny", "--out"):
+    for option in ("--task", "--seeds", "--arms", "--epochs", "--beta", "--backend", "--target-drop", "--tiny",
+                   "--out"):
         assert option in proc.stdout
     proc = run(MACHINERY, "--help")
     assert proc.returncode == 0, proc.stderr
@@ -84,17 +88,35 @@ def test_uniform_loader_plans_its_steps_exactly_and_keeps_the_configured_share()
     steps = 0
     seen_ids = []
     for _ in range(epochs):
-        for x, y, ids in loader:
+        for x, _y, ids in loader:
             assert x.shape[0] == b  # only full batches
             steps += 1
             seen_ids.append(ids)
     assert steps == planned
     assert loader.seen == epochs * n
+    with pytest.raises(RuntimeError):
+        loader.planned_steps(1)  # planned from the first epoch only
     # the delay passes 4 batches whole, then round(32 / 2) = 16 of every 32 (and 6 of the last 11)
     per_epoch_kept = (n // b) * 16 + 6
     assert loader.kept == delay * b + epochs * per_epoch_kept - delay * 16
     ids = torch.cat(seen_ids)
     assert ids.unique().numel() > 0.8 * n  # a fresh uniform subset every epoch covers most of the data
+
+
+def test_a_run_with_the_progress_bar_on_closes_it_whatever_the_schedule():
+    """An arm on an epoch-by-epoch schedule never gives the bar a total (the bar then has no
+    truth value): the run still ends and closes it."""
+    import runner
+    from environment import setup_backend
+
+    task = replace(tasks.TASKS["digits"], **{**tasks.TINY["digits"], "epochs": 1, "n_train": 256, "n_test": 64})
+    data = tasks.make_data(task, None)
+    torch.manual_seed(0)
+    init = tasks.make_model(task).state_dict()
+    opts = SimpleNamespace(progress=True, beta=1.0, evals_per_epoch=1)
+    for arm in ("full", "infobatch"):
+        res = runner.run_arm(arm, task, data, 0, init, opts, setup_backend("eager"))
+        assert res["epochs"] == 1 and res["steps"] == res["planned_steps"]
 
 
 def _lrs(sched, opt, steps):
@@ -107,31 +129,32 @@ def _lrs(sched, opt, steps):
 
 def test_cosine_schedule_decays_to_zero_and_never_steps_past_its_end():
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=2.0)
-    lrs = _lrs(runner.CosineSchedule(opt, total_steps=10), opt, 12)
+    lrs = _lrs(fairness.CosineSchedule(opt, total_steps=10), opt, 12)
     assert lrs[0] == 2.0 and lrs[5] == pytest.approx(1.0) and lrs[10] == pytest.approx(0.0, abs=1e-12)
     assert lrs[12] == lrs[10]  # clamped
-    assert all(a >= b for a, b in zip(lrs, lrs[1:]))
-    assert [runner.cosine_factor(10)(i) for i in (0, 10, 25)] == [1.0, pytest.approx(0.0, abs=1e-12), lrs[10] / 2]
+    assert all(a >= b for a, b in zip(lrs, lrs[1:], strict=False))
+    assert [fairness.cosine_factor(10)(i) for i in (0, 10, 25)] == [1.0, pytest.approx(0.0, abs=1e-12), lrs[10] / 2]
 
 
 def test_warmup_rises_linearly_then_decays_by_cosine_over_the_rest_of_the_run():
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=2.0)
-    lrs = _lrs(runner.CosineSchedule(opt, total_steps=20, warmup=0.1), opt, 22)
+    lrs = _lrs(fairness.CosineSchedule(opt, total_steps=20, warmup=0.1), opt, 22)
     assert lrs[:3] == [0.0, pytest.approx(1.0), pytest.approx(2.0)]  # 2 warm-up steps of 20
     assert lrs[11] == pytest.approx(1.0) and lrs[20] == pytest.approx(0.0, abs=1e-12) and lrs[22] == lrs[20]
-    assert all(a >= b for a, b in zip(lrs[2:], lrs[3:]))
+    assert all(a >= b for a, b in zip(lrs[2:], lrs[3:], strict=False))
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    sched = runner.CosineSchedule(opt, epochs=2, warmup=0.25)  # by epochs: a quarter of the run, half an epoch
+    sched = fairness.CosineSchedule(opt, epochs=2, warmup=0.25)  # by epochs: a quarter of the run, half an epoch
     sched.begin_epoch(4)
-    assert _lrs(sched, opt, 4) == [0.0, pytest.approx(0.5), pytest.approx(1.0), pytest.approx(0.5 * (1 + math.cos(math.pi / 6))),
+    assert _lrs(sched, opt, 4) == [0.0, pytest.approx(0.5), pytest.approx(1.0),
+                                   pytest.approx(0.5 * (1 + math.cos(math.pi / 6))),
                                    pytest.approx(0.5 * (1 + math.cos(math.pi / 3)))]
     with pytest.raises(ValueError):
-        runner.CosineSchedule(opt, total_steps=10, warmup=1.0)
+        fairness.CosineSchedule(opt, total_steps=10, warmup=1.0)
 
 
 def test_epoch_schedule_spends_each_epoch_whatever_its_length_and_ends_at_zero():
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    sched = runner.CosineSchedule(opt, epochs=4)
+    sched = fairness.CosineSchedule(opt, epochs=4)
     lrs = []
     for steps in (10, 3, 7, 5):  # epoch lengths known only when each epoch is planned
         sched.begin_epoch(steps)
@@ -139,16 +162,16 @@ def test_epoch_schedule_spends_each_epoch_whatever_its_length_and_ends_at_zero()
     assert lrs[9] == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.25)))  # end of epoch 1: a quarter of the way
     assert lrs[12] == pytest.approx(0.5)  # end of epoch 2: half way
     assert lrs[-1] == pytest.approx(0.0, abs=1e-12)
-    assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+    assert all(a >= b for a, b in zip(lrs, lrs[1:], strict=False))
     assert sched.planned == 25
 
 
 def test_epoch_order_is_the_same_per_seed_and_epoch_and_differs_between_them():
-    a, b = runner.EpochOrder(50, seed=3), runner.EpochOrder(50, seed=3)
+    a, b = fairness.EpochOrder(50, seed=3), fairness.EpochOrder(50, seed=3)
     first, second = list(a), list(a)
     assert first == list(b) == a.order(0).tolist() and second == list(b) == a.order(1).tolist()
     assert sorted(first) == list(range(50)) and first != second
-    assert runner.EpochOrder(50, seed=4).order(0).tolist() != first
+    assert fairness.EpochOrder(50, seed=4).order(0).tolist() != first
 
 
 def test_mnist1d_is_generated_locally_without_the_network(monkeypatch, tmp_path):
@@ -176,7 +199,7 @@ def test_keyword_sequences_label_is_the_most_frequent_keyword_and_usually_by_one
     x, y = tasks.keyword_sequences(400, seed=0)
     assert x.shape == (400, tasks.BERT_LEN)
     leads = []
-    for row, label in zip(x, y):
+    for row, label in zip(x, y, strict=True):
         cls = tasks.cue_class(row)
         counts = [(cls == k).sum().item() for k in range(tasks.BERT_CLASSES)]
         assert counts[label] == max(counts) and counts.count(max(counts)) == 1
@@ -208,7 +231,7 @@ def test_redundant_data_is_mostly_jittered_copies_of_a_small_pool(tmp_path):
 
 def test_infobatch_prunes_below_mean_at_the_published_rate_and_reweights_the_survivors():
     n, epochs = 20_000, 8
-    order = runner.EpochOrder(n, seed=0).order
+    order = fairness.EpochOrder(n, seed=0).order
     s = infobatch.InfoBatchSampler(n, epochs, order, seed=0)
     assert s.plan(0) == n and s.indices.tolist() == order(0).tolist()  # nothing scored yet: all kept, in order
     assert bool((s.weights == 1).all())
@@ -277,7 +300,8 @@ def _check_records(records, task, seeds, backend):
             if frac:
                 assert p["iso_time_gain"] == pytest.approx(0.0, abs=1e-9)  # a frontier point itself
                 assert res["backward_samples"] == arm_epochs * n and res["steps"] == res["planned_steps"]
-        assert full["kept_share"] == 1.0 and full["backward_samples"] == epochs * n and full["scoring_forward_samples"] == 0
+        assert full["kept_share"] == 1.0 and full["backward_samples"] == epochs * n
+        assert full["scoring_forward_samples"] == 0
         assert full["time_to_target_s"] is not None and full["paired"]["speedup_vs_full"] == 1.0
         uni, fixed, prob, ib = runs["uniform"], runs["sift-fixed"], runs["sift-probabilistic"], runs["infobatch"]
         assert uni["steps"] == uni["planned_steps"] and fixed["steps"] == fixed["planned_steps"]
@@ -328,8 +352,8 @@ def test_tiny_suite_runs_every_arm_and_writes_records_summary_and_plot(tmp_path)
     assert "| infobatch |" in proc.stdout and (tmp_path / "again.png").is_file()
     assert _records(tmp_path / "again.jsonl") == rows
     # the same records on the CPU clock: the same accuracies, reached counts from the cpu_s curves
-    proc = run(SUITE, "--summarize", str(tmp_path / "runs.jsonl"), "--clock", "cpu", "--plot", str(tmp_path / "cpu.png"),
-               "--summary", str(tmp_path / "cpu.jsonl"))
+    proc = run(SUITE, "--summarize", str(tmp_path / "runs.jsonl"), "--clock", "cpu",
+               "--plot", str(tmp_path / "cpu.png"), "--summary", str(tmp_path / "cpu.jsonl"))
     assert proc.returncode == 0, proc.stderr
     cpu_rows = _records(tmp_path / "cpu.jsonl")
     assert all(r["clock"] == "cpu" for r in cpu_rows) and all(r["clock"] == "wall" for r in rows)
@@ -361,15 +385,16 @@ def test_tiny_redundant_and_bert_tasks_run_with_any_frontier_fraction(tmp_path):
     assert [(r["task"], r["arm"]) for r in rows] == [(t, a) for t in ("mnist1d-redundant", "bert")
                                                      for a in ("full@0.5", "full", "infobatch")]
     records = _records(tmp_path / "runs.jsonl")
-    assert {r["config"]["model"] for r in records if r["task"] == "bert"} == {tasks.model_description(tasks.TASKS["bert"])}
+    bert_models = {r["config"]["model"] for r in records if r["task"] == "bert"}
+    assert bert_models == {tasks.model_description(tasks.TASKS["bert"])}
 
 
 @pytest.mark.slow
 @pytest.mark.xla
 def test_tiny_suite_on_xla_records_compiles_and_host_reads(tmp_path):
     pytest.importorskip("torch_xla", reason="torch-xla not installed (CI installs it: pip install -e .[xla])")
-    proc = run(SUITE, "--task", "digits", "--tiny", "--seeds", "0", "--backend", "xla", "--out", str(tmp_path), "--no-progress",
-               "--arms", ",".join(ARMS))
+    proc = run(SUITE, "--task", "digits", "--tiny", "--seeds", "0", "--backend", "xla", "--out", str(tmp_path),
+               "--no-progress", "--arms", ",".join(ARMS))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     records = _records(tmp_path / "runs.jsonl")
     _check_records(records, "digits", [0], "xla")
@@ -377,7 +402,8 @@ def test_tiny_suite_on_xla_records_compiles_and_host_reads(tmp_path):
         res = r["results"]
         assert r["device"].startswith("xla")
         assert res["xla_compiles"] >= 0 and res["xla_host_reads_per_step"] >= 0
-        assert res["xla_host_reads"] == pytest.approx(res["xla_host_reads_per_step"] * res["steps"], abs=0.01 * res["steps"])
+        per_step = res["xla_host_reads_per_step"]
+        assert res["xla_host_reads"] == pytest.approx(per_step * res["steps"], abs=0.01 * res["steps"])
     by_arm = {r["arm"]: r["results"] for r in records}
     # the untimed warm-up compiled the plain step; the frontier arms reuse its graphs (the last batch's shape aside)
     assert all(by_arm[a]["xla_compiles"] <= 2 for a in ("full@0.4", "full@0.6", "full@0.8", "full"))
@@ -421,7 +447,8 @@ def test_tiny_machinery_run(tmp_path):
     try:
         sifter_module.sift_step_cpu = count("host", real_host)
         sifter_module.sift_step = count("torch", real_torch)
-        machinery.machinery_seconds(16, 64, "fixed", "pairwise", torch.device("cpu"), lambda: None, batches=2, repeats=1)
+        machinery.machinery_seconds(16, 64, "fixed", "pairwise", torch.device("cpu"), lambda: None, batches=2,
+                                    repeats=1)
         assert calls == {"host": 0, "torch": 4}  # warm-up epoch + 1 timed epoch, 2 source batches each
         machinery.machinery_seconds(16, 64, "fixed", "host", torch.device("cpu"), lambda: None, batches=2, repeats=1)
         assert calls["host"] == 4

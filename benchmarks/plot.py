@@ -1,0 +1,86 @@
+"""The suite's plot (``accuracy_vs_time.png``): per task, every run's accuracy against time
+with each seed's frontier, and a panel of the speedups and the iso-time gain per arm."""
+
+import statistics
+from pathlib import Path
+
+from report import is_frontier, time_key
+
+ARM_COLORS = {"full": "black", "uniform": "tab:brown", "sift-probabilistic": "tab:blue", "sift-fixed": "tab:orange",
+              "infobatch": "tab:green"}
+FRONTIER_COLORS = {"full@0.4": "#bbbbbb", "full@0.6": "#999999", "full@0.8": "#666666"}
+
+
+def plot(records: list[dict], rows: list[dict], path: Path) -> None:
+    """Per task: accuracy against wall-clock of every run with the frontier line of each
+    seed (through its frontier runs' end points), and the speedups and iso-time gain per
+    arm (median, whiskers: min and max over seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = []
+    for r in records:
+        if (r["task"], r["backend"]) not in groups:
+            groups.append((r["task"], r["backend"]))
+    fig, axes = plt.subplots(len(groups), 2, figsize=(14, 4.8 * len(groups)), squeeze=False)
+    palette = plt.get_cmap("tab10")
+    for (ax, bx), (task, backend) in zip(axes, groups, strict=True):
+        rs = [r for r in records if (r["task"], r["backend"]) == (task, backend)]
+        clock = rs[0]["results"].get("clock", "wall")
+        key = time_key(clock)
+        arms = list(dict.fromkeys(r["arm"] for r in rs))
+        colors = {a: ARM_COLORS.get(a) or FRONTIER_COLORS.get(a) or palette((i + 5) % 10) for i, a in enumerate(arms)}
+        for arm in arms:
+            for i, r in enumerate(x for x in rs if x["arm"] == arm):
+                c = r["results"]["curve"]
+                ax.plot([p[key] for p in c], [100 * p["test_acc"] for p in c], color=colors[arm], alpha=0.75,
+                        lw=1.0, label=arm if i == 0 else None)
+        for j, seed in enumerate(dict.fromkeys(r["seed"] for r in rs)):
+            pts = sorted((r["results"][key], 100 * r["results"]["final_test_acc"]) for r in rs
+                         if r["seed"] == seed and is_frontier(r["arm"]))
+            ax.plot(*zip(*pts, strict=True), color="red", ls="--", marker="o", ms=4, lw=1.4,
+                    label="frontier (per seed)" if j == 0 else None)
+        targets = [100 * r["results"]["target_acc"] for r in rs]
+        ax.axhline(statistics.median(targets), color="red", ls=":", lw=0.8, label="target (median)")
+        finals = [100 * r["results"]["final_test_acc"] for r in rs]
+        ax.set_ylim(max(0.0, min(finals) - 10), min(100.0, max(finals) + 1.5))
+        ax.set_xlabel(f"training time s, {clock} clock (evaluation excluded)")
+        ax.set_ylabel("test accuracy %")
+        ax.set_title(f"{task} ({backend}): accuracy against time; frontier: full@x end points", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize=7, ncol=2)
+
+        srows = [r for r in rows if (r["task"], r["backend"]) == (task, backend)]
+        xs = list(range(len(srows)))
+        for off, key, marker, label in ((-0.15, "speedup_vs_full", "o", "speedup vs full"),
+                                        (0.0, "speedup_vs_frontier", "s", "speedup vs frontier")):
+            first = next((x for x, r in zip(xs, srows, strict=True) if r.get(key) is not None), None)
+            for x, r in zip(xs, srows, strict=True):
+                if r.get(key) is None:
+                    continue
+                bx.errorbar(x + off, r[key], yerr=[[r[key] - r[key + "_min"]], [r[key + "_max"] - r[key]]], fmt=marker,
+                            color="tab:blue" if key == "speedup_vs_full" else "tab:purple", capsize=3,
+                            label=label if x == first else None)
+        bx.axhline(1.0, color="gray", lw=0.8)
+        bx.set_ylabel("speedup (time to target), seeds that reached it")
+        gx = bx.twinx()
+        for x, r in zip(xs, srows, strict=True):
+            gx.errorbar(x + 0.15, r["iso_time_gain"], yerr=[[r["iso_time_gain"] - r["iso_time_gain_min"]],
+                        [r["iso_time_gain_max"] - r["iso_time_gain"]]], fmt="D", color="tab:green", capsize=3,
+                        label="iso-time gain" if x == 0 else None)
+        gx.axhline(0.0, color="tab:green", lw=0.6, ls=":")
+        gx.set_ylabel("iso-time gain, points (vs frontier at the arm's wall-clock)", color="tab:green")
+        bx.set_xticks(xs)
+        bx.set_xticklabels([f"{r['arm']}\n{r['reached']}/{r['seeds']}" for r in srows], fontsize=7)
+        bx.set_title(f"{task}: median, whiskers min-max over seeds; under each arm: seeds that reached the target",
+                     fontsize=9)
+        bx.grid(alpha=0.3)
+        h1, l1 = bx.get_legend_handles_labels()
+        h2, l2 = gx.get_legend_handles_labels()
+        bx.legend(h1 + h2, l1 + l2, loc="upper right", fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
