@@ -56,3 +56,24 @@ class Backend(abc.ABC):
     def gathers_on_device(self) -> bool:
         """Whether fixed-mode selections are gathered on the device without a host read."""
         return False
+
+    # -- device questions of epoch-level sifting (neuron_sift/epoch/) ---------------------
+    # Added so that epoch/ never tests a device type itself; additions only.
+
+    @property
+    def holds_on_host(self) -> bool:
+        """Whether state kept for this device (the epoch loader's score tables) lives in host
+        memory as plain arrays: true for the CPU, where a device tensor would only add copies."""
+        return self.device.type == "cpu"
+
+    @property
+    def sort_method(self) -> str:
+        """How rank kernels find ranks on this device (``percentile_of_all``'s ``method``):
+        ``"search"`` (``searchsorted``) wherever it has a lowering."""
+        return "search"
+
+    def same_device(self, a: torch.device, b: torch.device) -> bool:
+        """Whether tensors on ``a`` and ``b`` can meet in one op: equal devices, or the same
+        type where either index is unspecified (``cuda`` and ``cuda:0``)."""
+        a, b = torch.device(a), torch.device(b)
+        return a == b or (a.type == b.type and None in (a.index, b.index))

@@ -68,3 +68,15 @@ class XlaBackend(Backend):
     @property
     def gathers_on_device(self) -> bool:
         return True
+
+    # -- device questions of epoch-level sifting (neuron_sift/epoch/); additions only -----
+
+    @property
+    def holds_on_host(self) -> bool:
+        """False, also on torch-xla's CPU backend: its tensors are lazy device data."""
+        return False
+
+    @property
+    def sort_method(self) -> str:
+        """``"merge"``: XLA has no lowering for ``searchsorted``."""
+        return "merge"

@@ -1,11 +1,20 @@
 """Epoch-level sifting: plan each epoch from the losses training already computed.
 
-- ``policy``: scores -> keep probabilities -> loss weights (pure tensor functions);
-- ``planner``: which samples each epoch trains on, in what order, on which rank;
-- ``tables``: the score and weight tables (host arrays on CPU, device tensors otherwise);
+Thin parts, one job each (the architecture's layer 4, epoch-level kind):
+
+- ``policy``, ``host_policy``: scores -> keep probabilities -> loss weights (pure functions);
+- ``planner``: which samples each epoch trains on, in what order, on which rank, and every
+  count derived from that (``len()``, ``planned_steps()``);
+- ``opening``: the one point per epoch where scores reach the host, merge and become a plan;
+- ``progress``: the per-epoch iterator, the epoch's position and look-ahead;
+- ``tables``: the score and weight tables, where the backend keeps state;
+- ``shares``: each rank's share of the scores and their merge;
+- ``guard``: the label-noise guard's streaks;
 - ``pairing``: losses paired with the sample ids of their batch;
+- ``history``: the record of planned epochs and the metrics snapshot;
 - ``source``: the user's DataLoader rebuilt around the planned batch sampler;
-- ``loader``: ``EpochSiftingDataloader``, composing the above.
+- ``checkpoint``: the versioned composition of the parts' states;
+- ``loader``: ``EpochSiftingDataloader``, the arguments, lengths and state API over the parts.
 """
 
 from neuron_sift.epoch.loader import EpochSiftingDataloader

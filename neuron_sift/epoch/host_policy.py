@@ -1,10 +1,11 @@
 """The policy's host formulation (NumPy), used by the planner: identical results to the
 tensor functions of ``policy.py`` (tested), faster on the host for large tables.
 
-At 1,000,000 scores the tensor formulation spends most of its time in ``torch.sort`` and
-in ``searchsorted`` over unsorted queries; here one ``argsort``, run-length tie handling on
-the sorted values, and a water-filling by fixed-point iteration (a few passes over the
-table instead of a sort) keep planning to tens of milliseconds (benchmarks/epoch_machinery.py).
+Why a second formulation: planning runs on the host once per epoch, and there the tensor
+formulation's costs are a full ``torch.sort`` and ``searchsorted`` over unsorted queries.
+Here one ``argsort``, run-length tie handling on the sorted values, and a water-filling by
+fixed-point iteration (a few passes over the table instead of a sort) do the same work
+with fewer passes; ``benchmarks/epoch_machinery.py`` times it.
 """
 
 from typing import Optional

@@ -14,31 +14,62 @@ ahead a wrapper or the workers have pulled.
 - a wrong length, a call with no batch waiting, or the same loss tensor passed twice
   raise ``LossOutputException`` before anything is recorded: never a silent
   misattribution.
+
+The queue also keeps the counts of pairs made (batches yielded and recorded, losses
+recorded, batches dropped unpaired): it is where each of those events happens.
 """
 
 import threading
 import weakref
 from collections import deque
-from typing import Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
+import torch
 
 from neuron_sift.exceptions import LossOutputException
+
+COUNTS = ("losses_recorded", "batches_recorded", "batches_yielded")
+
+
+def as_per_sample(per_sample: Any) -> torch.Tensor:
+    """``per_sample`` as ``[n]`` floating losses, or ``LossOutputException`` saying what the
+    contract is: a wrong shape must fail before a single score is written."""
+    if not isinstance(per_sample, torch.Tensor):
+        raise LossOutputException(f"weighted_loss needs a tensor of per-sample losses, got {type(per_sample).__name__}")
+    if per_sample.dim() == 2 and per_sample.shape[1] == 1:
+        per_sample = per_sample[:, 0]
+    if per_sample.dim() != 1:
+        raise LossOutputException(
+            f"weighted_loss needs one loss per sample, shape [n] (or [n, 1]), got {list(per_sample.shape)}; "
+            "use reduction='none' and reduce per-token losses to one value per sample"
+        )
+    if not per_sample.is_floating_point():
+        raise LossOutputException(f"weighted_loss needs floating-point losses, got dtype {per_sample.dtype}")
+    return per_sample
 
 
 class PairingQueue:
     """FIFO of yielded batches' ids; thread-safe (a prefetching wrapper pushes from its own thread)."""
 
     def __init__(self) -> None:
-        self._queue: deque = deque()  # [ids, offset, tag]
+        self._queue: Deque[List[Any]] = deque()  # [ids, offset, tag]
         self._lock = threading.Lock()
-        self._last: Optional[weakref.ref] = None
+        self._last: Optional["weakref.ref[Any]"] = None
+        self._counts: Dict[str, int] = dict.fromkeys(COUNTS, 0)
         self.dropped_batches = 0  # yielded but never paired (counted when an epoch restarts)
+
+    @property
+    def counts(self) -> Dict[str, int]:
+        """Losses and batches recorded, batches yielded (a copy)."""
+        with self._lock:
+            return dict(self._counts)
 
     def push(self, ids: np.ndarray, tag: int = 0) -> None:
         """A yielded batch's ids; ``tag`` (the epoch) comes back from ``take``."""
         with self._lock:
             self._queue.append([ids, 0, tag])
+            self._counts["batches_yielded"] += 1
 
     def waiting(self) -> int:
         with self._lock:
@@ -53,7 +84,7 @@ class PairingQueue:
             self._last = None
             return n
 
-    def take(self, loss_tensor, n: int, partial: bool) -> Tuple[np.ndarray, bool, int]:
+    def take(self, loss_tensor: torch.Tensor, n: int, partial: bool) -> Tuple[np.ndarray, bool, int]:
         """The ids the next ``n`` losses belong to, whether their batch is now complete, and its tag."""
         with self._lock:
             last = self._last() if self._last is not None else None
@@ -86,8 +117,24 @@ class PairingQueue:
             done = entry[1] == len(ids)
             if done:
                 self._queue.popleft()
+                self._counts["batches_recorded"] += 1
+            self._counts["losses_recorded"] += n
             try:
                 self._last = weakref.ref(loss_tensor)
             except TypeError:
                 self._last = None
             return part, done, tag
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def state_dict(self) -> Dict[str, int]:
+        """The counts. Waiting batches are not kept: a resumed run yields them again."""
+        with self._lock:
+            return {**self._counts, "dropped_batches": self.dropped_batches}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        with self._lock:
+            self._queue.clear()
+            self._last = None
+            self._counts = {k: int(state[k]) for k in COUNTS}
+            self.dropped_batches = int(state["dropped_batches"])

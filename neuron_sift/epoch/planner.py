@@ -19,7 +19,7 @@ order; the samples hit are kept. Each sample is kept with probability exactly ``
 
 import math
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -60,9 +60,36 @@ class EpochPlan:
     def kept(self) -> int:
         return int(self.order.shape[0])
 
+    def state_dict(self) -> Dict[str, Any]:
+        """The plan as CPU tensors and plain values: a resumed run trains the rest of this very
+        plan instead of re-planning from scores that have moved on since."""
+        return {
+            "epoch": self.epoch,
+            "kind": self.kind,
+            "order": self.order.clone(),
+            "weights": self.weights.clone(),
+            "inclusion": self.inclusion.clone(),
+            "excluded": self.excluded,
+        }
+
+    @classmethod
+    def from_state(cls, state: Dict[str, Any]) -> "EpochPlan":
+        return cls(
+            int(state["epoch"]),
+            str(state["kind"]),
+            state["order"].clone(),
+            state["weights"].clone(),
+            state["inclusion"].clone(),
+            int(state["excluded"]),
+        )
+
 
 class EpochPlanner:
-    """Plans epochs for ``n`` samples, ``world_size`` ranks, ``batch_size`` per rank."""
+    """Plans epochs for ``n`` samples, ``world_size`` ranks, ``batch_size`` per rank.
+
+    The one source of every count: ``len()``, ``planned_steps()`` and the integrations'
+    schedule lengths all come from here, so they agree with the batches the plans yield.
+    """
 
     def __init__(
         self,
@@ -74,7 +101,7 @@ class EpochPlanner:
         num_epochs: Optional[int] = None,
         world_size: int = 1,
         rank: int = 0,
-    ):
+    ) -> None:
         if n < world_size:
             raise ValueError(f"the dataset has {n} samples, fewer than the {world_size} ranks")
         self.config = config
@@ -95,6 +122,15 @@ class EpochPlanner:
             return "anneal"
         return "sift"
 
+    def needs_scores(self, epoch: int) -> bool:
+        """Whether epoch ``epoch``, or a later one, plans from scores: only then is the epoch's
+        one host transfer and merge over ranks worth its cost."""
+        if epoch < 1:
+            return False
+        if self.num_epochs is None:
+            return True
+        return epoch < self.num_epochs - self.config.anneal_epochs(self.num_epochs)
+
     # -- counts ----------------------------------------------------------------------------
 
     def _whole(self, k: int) -> int:
@@ -104,7 +140,10 @@ class EpochPlanner:
 
     def budget_count(self) -> int:
         """Samples of a budgeted sifted epoch: ``round(kept_share * N)``, shared equally."""
-        return self._whole(int(math.floor(self.config.kept_share * self.n + 0.5)))
+        share = self.config.kept_share
+        if share is None:
+            raise ValueError("budget_count() needs a config with kept_share")
+        return self._whole(int(math.floor(share * self.n + 0.5)))
 
     def free_count(self, expected: float) -> int:
         """Samples of an unbudgeted sifted epoch: the expected count rounded to whole
@@ -138,6 +177,65 @@ class EpochPlanner:
         if share is None:
             share = 1.0 - 0.5 * self.config.prune_ratio
         return self.free_count(share * self.n)
+
+    def epoch_batches(self, epoch: int) -> int:
+        """This rank's batches of epoch ``epoch`` before it is planned (exact for full and
+        budgeted epochs, the expected count otherwise)."""
+        return self.rank_batches(self.expected_count(epoch))
+
+    def planned_steps(self, next_epoch: int, left_in_current: int = 0, epochs: Optional[int] = None) -> int:
+        """Batches this rank trains from now on: ``left_in_current`` of an epoch in progress
+        (0: none) plus epochs ``next_epoch, ...`` up to ``num_epochs``, or ``epochs`` epochs
+        in all (the one in progress counted first). See ``EpochSiftingDataloader.planned_steps``."""
+        current = left_in_current > 0
+        if epochs is None:
+            if self.num_epochs is None:
+                raise ValueError("planned_steps() needs num_epochs (given to the loader) or epochs=")
+            future = range(next_epoch, self.num_epochs)
+        else:
+            if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+                raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
+            future = range(next_epoch, next_epoch + epochs - (1 if current else 0))
+        total = left_in_current if current else 0
+        for e in future:
+            total += self.epoch_batches(e)
+        return total
+
+    def trained_ids(self, plan: EpochPlan) -> torch.Tensor:
+        """The ids of ``plan`` that some rank actually trains: ``drop_last`` leaves each rank's
+        short last batch out, so those samples earned no new score."""
+        per_rank = len(plan.order) // self.world_size
+        if self.drop_last:
+            per_rank = (per_rank // self.batch_size) * self.batch_size
+        return plan.order[: per_rank * self.world_size]
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def settings(self) -> Dict[str, Any]:
+        """What a checkpoint must agree on: another dataset size, batch size, rank layout or
+        policy would make its plan and scores mean something else."""
+        return {
+            "n": self.n,
+            "batch_size": self.batch_size,
+            "world_size": self.world_size,
+            "rank": self.rank,
+            "policy": self.config.policy,
+            "kept_share": self.config.kept_share,
+        }
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The seed (every later plan follows from it) and the settings it is only valid with."""
+        return {"seed": self.seed, **self.settings()}
+
+    def check_state(self, state: Dict[str, Any]) -> None:
+        """Refuse a state of another setup before anything is loaded."""
+        for key, mine in self.settings().items():
+            if state[key] != mine:
+                raise ValueError(f"checkpoint has {key}={state[key]!r} but this loader has {mine!r}")
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.check_state(state)
+        self.seed = int(state["seed"])
 
     # -- planning --------------------------------------------------------------------------
 

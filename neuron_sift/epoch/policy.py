@@ -30,10 +30,15 @@ def keep_priorities(
     beta_value: float = 1.0,
     min_keep_probability: float = 0.05,
     prune_ratio: float = 0.5,
+    *,
+    sort_method: str = "search",
 ) -> torch.Tensor:
     """The policy's keep probability of every sample, before any budget: ``[N]`` float32.
 
-    ``scores``: ``[N]``, NaN where never scored (such a sample gets 1).
+    ``scores``: ``[N]``, NaN where never scored (such a sample gets 1). ``sort_method``: how
+    the percentile finds ranks, the backend's ``sort_method`` for the tensors' device
+    (``"merge"`` on XLA, which cannot lower ``searchsorted``; ``"search"`` elsewhere): this
+    function stays pure, so it does not ask what device it runs on.
 
     * ``percentile``: ``max(min_keep_probability, percentile ** beta_value)``, the
       percentile among all recorded scores with ties counting half;
@@ -41,7 +46,7 @@ def keep_priorities(
     """
     seen = ~torch.isnan(scores)
     if policy == "percentile":
-        pct = percentile_of_all(scores.to(torch.float32))
+        pct = percentile_of_all(scores.to(torch.float32), method=sort_method)
         p = torch.clamp(pct.pow(beta_value), min=min_keep_probability, max=1.0)
     elif policy == "below_mean":
         s = torch.where(seen, scores, torch.zeros_like(scores)).to(torch.float64)

@@ -10,10 +10,12 @@ copied with the new DataLoader inside. Nothing is patched globally.
 
 import copy
 from dataclasses import dataclass
-from typing import Any, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
 from torch.utils.data import DataLoader, IterableDataset, Sampler
+
+from neuron_sift.dataloader.source_loader import underlying_dataloader
 
 SUPPORTED = (
     "a torch.utils.data.DataLoader over a map-style dataset with __len__ (one whose __getitem__ takes a "
@@ -23,7 +25,7 @@ SUPPORTED = (
 
 @dataclass
 class SourceInfo:
-    dataloader: DataLoader
+    dataloader: "DataLoader[Any]"
     wrapper_path: int  # how many ._loader hops from the user's object to the DataLoader
     n: int
     batch_size: int
@@ -33,11 +35,12 @@ class SourceInfo:
 
 def inspect_source(orig: Any) -> SourceInfo:
     """What the epoch loader needs from the user's loader, or a TypeError naming what is supported."""
-    loader, hops = orig, 0
-    while not isinstance(loader, DataLoader) and hasattr(loader, "_loader") and hops < 8:
-        loader, hops = loader._loader, hops + 1
+    loader = underlying_dataloader(orig)
     if not isinstance(loader, DataLoader):
         raise TypeError(f"EpochSiftingDataloader needs {SUPPORTED}; got {type(orig).__name__}")
+    hops, node = 0, orig
+    while node is not loader:  # the path underlying_dataloader took, to rebuild the wrappers
+        node, hops = node._loader, hops + 1
     ds = loader.dataset
     if isinstance(ds, IterableDataset):
         raise TypeError(
@@ -73,7 +76,7 @@ class PlannedBatchSampler(Sampler[List[int]]):
         self.batches: List[np.ndarray] = []
         self.start = 0
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[List[int]]:
         for ids in self.batches[self.start :]:
             yield ids.tolist()
 
@@ -84,7 +87,7 @@ class PlannedBatchSampler(Sampler[List[int]]):
 def rebuild(orig: Any, info: SourceInfo, batch_sampler: PlannedBatchSampler) -> Any:
     """The user's loader (and wrapper) with ``batch_sampler`` in place of its sampling."""
     src = info.dataloader
-    kwargs = dict(
+    kwargs: Dict[str, Any] = dict(
         num_workers=src.num_workers,
         collate_fn=src.collate_fn,
         pin_memory=src.pin_memory,

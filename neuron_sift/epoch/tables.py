@@ -1,51 +1,54 @@
-"""The score and weight tables, where the losses live: host arrays for a CPU model, device
-tensors otherwise (XLA, CUDA).
+"""The score and weight tables, where the losses live: host arrays where the backend keeps
+state on the host (a CPU model), device tensors otherwise (XLA, CUDA).
 
-Per training step: one static-shape scatter of the batch's losses into the score table
-(non-finite ones into the trash slot, counted) and one gather of the batch's weights; on
-a device nothing is read back. Per epoch: one host transfer of the score table to plan the
-next epoch (``snapshot``) and one upload of the new weights. Under data parallelism,
-``merge_over_ranks`` combines the ranks' tables with one all-reduce.
+Why two homes: on a device, reading a loss back each step would stall the training loop,
+so each step is one static-shape scatter of the batch's losses into the score table
+(non-finite ones into the trash slot, counted) and one gather of the batch's weights, with
+nothing read back; the scores cross to the host once per epoch (``snapshot``) to plan the
+next one. On the host the same writes are plain array stores, deferred and batched.
 """
 
-from typing import Optional
+from typing import Any, Dict, List, Optional, Tuple, cast
 
 import numpy as np
 import torch
 
+from neuron_sift.backends.base import Backend
 from neuron_sift.kernels.scores import gather_weights, score_writes, weighted_mean
 
 
 class ScoreTables:
     """``N`` scores (NaN: never scored) plus a trash slot, and ``N`` loss weights."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int) -> None:
         self.n = n
         self.device: Optional[torch.device] = None  # None until placed: host arrays meanwhile
         self._scores = np.full(n + 1, np.nan, dtype=np.float32)
         self._weights = np.ones(n, dtype=np.float32)
         self._uniform = True  # every weight is 1 (a full epoch)
-        self._pending: list = []  # host mode: (ids, losses) recorded but not yet written
+        self._pending: List[Tuple[np.ndarray, torch.Tensor]] = []  # host mode: recorded, not yet written
         self._nonfinite = 0
         self._dev_scores: Optional[torch.Tensor] = None
         self._dev_weights: Optional[torch.Tensor] = None
         self._dev_nonfinite: Optional[torch.Tensor] = None
-        self._previous: Optional[tuple] = None  # (tag, host weights, device weights) of the epoch before
+        # (tag, host weights, device weights) of the epoch before: its carried batches need them
+        self._previous: Optional[Tuple[int, np.ndarray, Optional[torch.Tensor]]] = None
         self.tag = 0
 
     @property
     def on_device(self) -> bool:
         return self._dev_scores is not None
 
-    def place(self, device: torch.device) -> None:
-        """Keep the tables on ``device`` from now on (host arrays for the CPU); one upload."""
+    def place(self, backend: Backend) -> None:
+        """Keep the tables where ``backend`` keeps state from now on; one upload to a device.
+        The first placement holds: the tables never move between devices."""
         if self.device is not None:
             return
-        self.device = device
-        if device.type != "cpu":
-            self._dev_scores = torch.from_numpy(self._scores).to(device)
-            self._dev_weights = torch.from_numpy(self._weights).to(device)
-            self._dev_nonfinite = torch.tensor([self._nonfinite], dtype=torch.int64).to(device)
+        self.device = backend.device
+        if not backend.holds_on_host:
+            self._dev_scores = torch.from_numpy(self._scores).to(backend.device)
+            self._dev_weights = torch.from_numpy(self._weights).to(backend.device)
+            self._dev_nonfinite = torch.tensor([self._nonfinite], dtype=torch.int64).to(backend.device)
 
     # -- per step ---------------------------------------------------------------------------
 
@@ -62,12 +65,13 @@ class ScoreTables:
         host_w, dev_w = self._weights, self._dev_weights
         if tag is not None and tag != self.tag and self._previous is not None and self._previous[0] == tag:
             host_w, dev_w = self._previous[1], self._previous[2]
-        if self.on_device:
+        dev_scores, dev_nonfinite = self._dev_scores, self._dev_nonfinite
+        if dev_scores is not None and dev_nonfinite is not None:
             dev_ids = torch.from_numpy(ids).to(self.device)
             slots, values, nonfinite = score_writes(dev_ids, losses, self.n)
-            self._dev_scores.index_put_((slots,), values)
-            self._dev_nonfinite.add_(nonfinite)
-            w = gather_weights(dev_w, dev_ids)
+            dev_scores.index_put_((slots,), values)
+            dev_nonfinite.add_(nonfinite)
+            w = gather_weights(cast(torch.Tensor, dev_w), dev_ids)
             return weighted_mean(losses, w) if mean else w
         # Host arrays: the write is deferred to one vectorised store per flush (before any read).
         self._pending.append((ids, losses.detach()))
@@ -101,7 +105,7 @@ class ScoreTables:
 
     def snapshot(self) -> torch.Tensor:
         """The ``[N]`` scores as a CPU float32 tensor (on a device: the one host transfer)."""
-        if self.on_device:
+        if self._dev_scores is not None:
             return self._dev_scores[: self.n].cpu()
         self.flush()
         return torch.from_numpy(self._scores[: self.n].copy())
@@ -131,7 +135,7 @@ class ScoreTables:
 
     def nonfinite(self) -> int:
         """Non-finite losses seen so far (one small read on a device)."""
-        if self.on_device:
+        if self._dev_nonfinite is not None:
             return int(self._dev_nonfinite.cpu()[0])
         self.flush()
         return self._nonfinite
@@ -142,28 +146,14 @@ class ScoreTables:
         if self.on_device:
             self._dev_nonfinite = torch.tensor([self._nonfinite], dtype=torch.int64).to(self.device)
 
+    # -- checkpoints ------------------------------------------------------------------------
 
-def merge_over_ranks(scores: torch.Tensor, mine: torch.Tensor, ranks, carried: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Every rank's scores for the samples it trained on since the last merge, combined.
+    def state_dict(self) -> Dict[str, Any]:
+        """Scores and the non-finite count, on the CPU (one host read on a device). The weights
+        are not kept: they follow from the plan in progress."""
+        return {"scores": self.snapshot(), "nonfinite": self.nonfinite()}
 
-    ``scores``: this rank's ``[N]`` table (CPU); ``mine``: ``[N]`` bool, the samples of this
-    rank's share of the last epoch (each sample belongs to one rank per epoch);
-    ``carried``: samples of the epoch before whose losses arrived after the last merge (a
-    wrapper prefetching across epochs); a value of the last epoch wins over a carried one.
-    One all-reduce of a ``[4, N]`` float32 tensor (values and flags); entries no rank
-    scored keep the value every rank already shares.
-    """
-    if not ranks.active:
-        return scores
-    if carried is None:
-        carried = torch.zeros_like(mine)
-    seen = ~torch.isnan(scores)
-    a, b = mine & seen, carried & ~mine & seen
-    zero = torch.zeros_like(scores)
-    parts = torch.stack([torch.where(a, scores, zero), a.to(torch.float32), torch.where(b, scores, zero), b.to(torch.float32)])
-    import torch.distributed as dist
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.load_scores(state["scores"])
+        self.set_nonfinite(int(state["nonfinite"]))
 
-    buf = parts.to(ranks.device)
-    dist.all_reduce(buf)
-    buf = buf.cpu()
-    return torch.where(buf[1] > 0, buf[0], torch.where(buf[3] > 0, buf[2] / buf[3].clamp(min=1), scores))

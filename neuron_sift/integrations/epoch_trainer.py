@@ -26,7 +26,7 @@ ignored) of the token cross-entropy.
 """
 
 import logging
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Union
 
 import torch
 import torch.nn.functional as F
@@ -42,15 +42,15 @@ class EpochStream:
     """Epochs of exactly ``per_epoch`` batches over the continuous stream of an
     ``EpochSiftingDataloader``'s epochs (a Trainer epoch may span two planned epochs)."""
 
-    def __init__(self, loader: EpochSiftingDataloader, per_epoch: int):
+    def __init__(self, loader: EpochSiftingDataloader, per_epoch: int) -> None:
         self.epoch_sifting_dataloader = loader
         self.per_epoch = max(1, int(per_epoch))
-        self._it = None
+        self._it: Optional[Iterator[Any]] = None
 
     def __len__(self) -> int:
         return self.per_epoch
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         n, empty = 0, 0
         while n < self.per_epoch:
             if self._it is None:
@@ -82,8 +82,8 @@ def per_sample_causal_lm(logits: torch.Tensor, labels: torch.Tensor, ignore_inde
     return (tok * valid).sum(1) / valid.sum(1).clamp(min=1.0)
 
 
-def _per_sample(kind: Union[str, Callable, None], outputs: Any, inputs: dict) -> torch.Tensor:
-    labels = inputs.get("labels")
+def _per_sample(kind: Union[str, Callable[..., torch.Tensor], None], outputs: Any, inputs: Dict[str, Any]) -> torch.Tensor:
+    labels: Any = inputs.get("labels")
     if callable(kind):
         return kind(outputs, inputs)
     logits = outputs["logits"] if isinstance(outputs, dict) else outputs.logits
@@ -99,7 +99,7 @@ def _per_sample(kind: Union[str, Callable, None], outputs: Any, inputs: dict) ->
 def enable_epoch_sifting(
     trainer: Any,
     sift_config: Any,
-    per_sample_loss: Union[str, Callable, None] = None,
+    per_sample_loss: Union[str, Callable[..., torch.Tensor], None] = None,
     *,
     backend: Optional[str] = None,
     log_metrics: bool = True,
@@ -120,17 +120,21 @@ def enable_epoch_sifting(
     if hasattr(trainer, "loss_is_scaled_for_ga"):
         trainer.loss_is_scaled_for_ga = False
 
-    def get_train_dataloader():
+    def get_train_dataloader() -> EpochStream:
         prepared = originals["get_train_dataloader"]()
         epochs = max(1, int(round(trainer.args.num_train_epochs)))
         loader = EpochSiftingDataloader(config, prepared, num_epochs=epochs, backend=backend)
         trainer.epoch_sifting_dataloader = loader
+        # The planner's count (loader.planned_steps()) is the one source of the run's length:
+        # the Trainer's max_steps and schedule then end where the plans end.
         stream = EpochStream(loader, loader.planned_steps() // epochs)
         logger.info("enable_epoch_sifting: %d batches per Trainer epoch (%s)", len(stream),
                     "exact" if loader.length_is_exact else "expected")
         return stream
 
-    def compute_loss(model, inputs, return_outputs=False, num_items_in_batch=None):
+    def compute_loss(
+        model: Any, inputs: Dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
+    ) -> Any:
         loader = getattr(trainer, "epoch_sifting_dataloader", None)
         if loader is None or not model.training:
             return originals["compute_loss"](model, inputs, return_outputs=return_outputs,
@@ -140,7 +144,7 @@ def enable_epoch_sifting(
         loss = loader.weighted_loss(_per_sample(per_sample_loss, outputs, inputs))
         return (loss, outputs) if return_outputs else loss
 
-    def log(logs, *args, **kwargs):
+    def log(logs: Any, *args: Any, **kwargs: Any) -> Any:
         loader = getattr(trainer, "epoch_sifting_dataloader", None)
         if log_metrics and loader is not None and isinstance(logs, dict) and ("loss" in logs or "train_runtime" in logs):
             logs.update(epoch_metrics(loader).scalars(prefix="epoch_sifting/"))

@@ -7,13 +7,19 @@ log lines and TensorBoard scalars.
 device. Scalars (``EpochSiftingMetrics.scalars()``): ``kept_share`` and ``mean_weight`` of
 the current epoch's plan, ``max_weight``, ``scores_recorded``, ``num_nonfinite_losses``,
 ``excluded_by_guard``, ``epoch``, ``unpaired_batches``, ``batches_recorded``,
-``planning_seconds``, ``machinery_seconds``. The Lightning callback and the Trainer
-integration report these same scalars.
+``planning_seconds``, ``machinery_seconds``, and ``planned_steps`` (the batches this rank
+still trains, from ``loader.planned_steps()``: the planner's count, the same one the
+Trainer integration sizes its epochs by, so a dashboard never shows a second estimate;
+absent without ``num_epochs``). The Lightning callback and the Trainer integration report
+these same scalars.
 """
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
+
+if TYPE_CHECKING:
+    from neuron_sift.epoch.loader import EpochSiftingDataloader
 
 from neuron_sift.metrics.sifting_metrics import find_wrapped
 
@@ -31,10 +37,11 @@ SCALARS = (
     "batches_recorded",
     "planning_seconds",
     "machinery_seconds",
+    "planned_steps",
 )
 
 
-def find_epoch_loader(obj: Any):
+def find_epoch_loader(obj: Any) -> Optional["EpochSiftingDataloader"]:
     """The ``EpochSiftingDataloader`` in ``obj`` (itself, a wrapper's attribute, a list/dict)."""
     from neuron_sift.epoch.loader import EpochSiftingDataloader
 
@@ -44,7 +51,7 @@ def find_epoch_loader(obj: Any):
 @dataclass
 class EpochSiftingMetrics:
     values: Dict[str, Any]
-    epochs: List[dict] = field(default_factory=list)
+    epochs: List[Dict[str, Any]] = field(default_factory=list)
 
     def scalars(self, prefix: str = "") -> Dict[str, float]:
         return {f"{prefix}{k}": float(self.values[k]) for k in SCALARS if self.values.get(k) is not None}
@@ -56,6 +63,7 @@ def epoch_metrics(obj: Any) -> EpochSiftingMetrics:
         raise TypeError(f"no EpochSiftingDataloader found in {type(obj).__name__}")
     m = loader.metrics()
     epochs = m.pop("epochs")
+    m["planned_steps"] = loader.planned_steps() if loader.num_epochs is not None else None
     return EpochSiftingMetrics(m, epochs)
 
 
@@ -75,26 +83,26 @@ def write_epoch_tensorboard(obj: Any, writer: Any, step: int, prefix: str = "epo
     return snap
 
 
-def lightning_callback(prefix: str = "epoch_sifting/", on_step: bool = False):
+def lightning_callback(prefix: str = "epoch_sifting/", on_step: bool = False) -> Any:
     """A Lightning ``Callback`` that logs the scalars with ``pl_module.log_dict`` at the end of
     every training epoch (and every step with ``on_step=True``); finds the loader in
     ``trainer.train_dataloader``. Imports lightning only when called."""
     try:
         from lightning.pytorch import Callback
     except ImportError:  # pragma: no cover
-        from pytorch_lightning import Callback
+        from pytorch_lightning import Callback  # type: ignore[assignment]  # the same class, older package
 
     class EpochSiftingMetricsCallback(Callback):
-        def _log(self, trainer, pl_module):
+        def _log(self, trainer: Any, pl_module: Any) -> None:
             loader = find_epoch_loader(trainer.train_dataloader)
             if loader is None:
                 return
             pl_module.log_dict(epoch_metrics(loader).scalars(prefix), on_step=False, on_epoch=True)
 
-        def on_train_epoch_end(self, trainer, pl_module):
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
             self._log(trainer, pl_module)
 
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
             if on_step:
                 loader = find_epoch_loader(trainer.train_dataloader)
                 if loader is not None:

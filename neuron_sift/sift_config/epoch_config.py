@@ -48,7 +48,8 @@ class EpochSiftConfig:
     * ``"below_mean"``: InfoBatch's published rule: a sample whose score is below the mean
       score is kept with probability ``1 - prune_ratio``, weight ``1 / (1 - prune_ratio)``;
       the others are kept with weight 1. Expected kept share ``1 - prune_ratio * q``, where
-      ``q`` is the share of scores below their mean (often 0.6 to 0.8: losses are skewed).
+      ``q`` is the share of scores below their mean (more than half when the losses are
+      skewed right, as training losses usually are: a few large ones lift the mean).
 
     ``kept_share`` (the budget form, either policy; None: off): every sifted epoch trains
     on exactly ``round(kept_share * N)`` samples of the ``N`` in the dataset. The policy's

@@ -64,7 +64,7 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     steps, ids_seen, plans, total = [], [], [], 0
     merged = None
-    start_epoch = loader.epoch - (1 if args.load and loader._resume else 0)
+    start_epoch = loader.epoch - (1 if args.load and loader.resuming else 0)
     for epoch in range(start_epoch, args.epochs):
         loader.start_epoch()
         it = iter(loader)

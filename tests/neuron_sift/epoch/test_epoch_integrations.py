@@ -126,3 +126,14 @@ def test_the_runnable_example():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.main(["--epochs", "8", "--samples", "2000"]) > 0.8
+
+
+def test_metrics_report_the_planners_planned_steps():
+    """The metrics surface shows the same count the schedule and the Trainer are sized by."""
+    loader, _, steps = small_run(epochs=4)
+    assert epoch_metrics(loader).scalars()["planned_steps"] == loader.planned_steps() == 0
+    fresh = EpochSiftingDataloader({"seed": 0, "kept_share": 0.5}, DataLoader(TensorDataset(torch.zeros(256, 1)), batch_size=32),
+                                   num_epochs=4)
+    assert epoch_metrics(fresh).values["planned_steps"] == fresh.planned_steps() == steps
+    no_length = EpochSiftingDataloader({}, DataLoader(TensorDataset(torch.zeros(8, 1)), batch_size=4))
+    assert "planned_steps" not in epoch_metrics(no_length).scalars()

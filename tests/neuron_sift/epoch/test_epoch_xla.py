@@ -127,3 +127,21 @@ def test_the_backend_keyword():
     x, y = next(it)
     with pytest.raises(ValueError, match="backend='xla' needs"):
         loader.weighted_loss(oracle_loss(x))
+
+
+def test_the_xla_backend_answers_the_epoch_loaders_device_questions():
+    """Tables on the device, ranks by sort-merge: the policy's percentile, run with the
+    backend's ``sort_method`` on XLA tensors, equals the CPU's ``searchsorted`` result."""
+    from neuron_sift.backends import resolve_backend
+    from neuron_sift.epoch.policy import keep_priorities
+
+    device = torch_xla.device()
+    backend = resolve_backend(device)
+    assert not backend.holds_on_host and backend.sort_method == "merge"
+    assert backend.same_device(device, torch.device("xla"))
+    g = torch.Generator().manual_seed(0)
+    scores = (torch.randint(0, 30, (257,), generator=g) / 7).float()
+    scores[::11] = float("nan")
+    on_cpu = keep_priorities(scores, "percentile", 1.5, 0.05)
+    on_xla = keep_priorities(scores.to(device), "percentile", 1.5, 0.05, sort_method=backend.sort_method)
+    assert torch.equal(on_xla.cpu(), on_cpu)

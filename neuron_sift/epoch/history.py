@@ -1,0 +1,94 @@
+"""What each epoch's plan was and what sifting's own work cost: the record behind
+``metrics()``, the metrics surface (``neuron_sift.metrics.epoch_metrics``) and the logs.
+
+Why kept apart from the plan itself: a plan is replaced each epoch, while users read the
+run's whole course (kinds, kept shares, weights) and a resumed run must report the
+epochs before the interruption too, so the record travels in the checkpoint.
+"""
+
+import logging
+from typing import TYPE_CHECKING, Any, Dict, List
+
+import torch
+
+from neuron_sift.epoch.planner import EpochPlan
+
+if TYPE_CHECKING:  # hints only: the record reads these parts, it does not build them
+    from neuron_sift.epoch.pairing import PairingQueue
+    from neuron_sift.epoch.progress import EpochProgress
+    from neuron_sift.epoch.tables import ScoreTables
+
+# The epoch loader's one logger: users configure it by this name whichever part logs.
+logger = logging.getLogger("neuron_sift.epoch.loader")
+
+
+class EpochHistory:
+    """One entry per planned epoch, and host seconds spent in planning and ``weighted_loss``."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.entries: List[Dict[str, Any]] = []
+        self.timings: Dict[str, float] = {"planning": 0.0, "weighted_loss": 0.0}
+
+    def planned(self, plan: EpochPlan, batches: int, seconds: float) -> None:
+        self.timings["planning"] += seconds
+        kept_w = plan.weights[plan.order] if plan.kept else torch.ones(1)
+        entry = {
+            "epoch": plan.epoch,
+            "kind": plan.kind,
+            "kept": plan.kept,
+            "kept_share": plan.kept / self.n,
+            "mean_weight": float(kept_w.mean()),
+            "max_weight": float(kept_w.max()),
+            "batches": batches,
+            "excluded": plan.excluded,
+            "planning_seconds": seconds,
+        }
+        self.entries.append(entry)
+        logger.info(
+            "epoch %d (%s): %d of %d samples (%.3f), %d batches, mean weight %.3f, planned in %.4f s",
+            plan.epoch, plan.kind, plan.kept, self.n, entry["kept_share"], batches, entry["mean_weight"], seconds,
+        )
+
+    def spent(self, kind: str, seconds: float) -> None:
+        self.timings[kind] += seconds
+
+    @property
+    def machinery_seconds(self) -> float:
+        return self.timings["planning"] + self.timings["weighted_loss"]
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The entries; the timings are not kept (they measure this process)."""
+        return {"epochs": [dict(h) for h in self.entries]}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.entries = [dict(h) for h in state["epochs"]]
+
+
+def epoch_report(
+    history: EpochHistory, progress: "EpochProgress", pairing: "PairingQueue", tables: "ScoreTables"
+) -> Dict[str, Any]:
+    """``EpochSiftingDataloader.metrics()``: every part's counts in one snapshot (one host
+    read of the score table on a device)."""
+    scores = tables.snapshot()
+    last = history.entries[-1] if history.entries else {}
+    counts = pairing.counts
+    return {
+        "epoch": progress.epochs_started,
+        "epoch_kind": last.get("kind"),
+        "kept_share": last.get("kept_share", 1.0),
+        "mean_weight": last.get("mean_weight", 1.0),
+        "max_weight": last.get("max_weight", 1.0),
+        "batches_planned": len(progress.batches),
+        "batches_yielded": counts["batches_yielded"],
+        "batches_recorded": counts["batches_recorded"],
+        "losses_recorded": counts["losses_recorded"],
+        "scores_recorded": int((~torch.isnan(scores)).sum()),
+        "num_nonfinite_losses": tables.nonfinite(),
+        "unpaired_batches": pairing.dropped_batches,
+        "excluded_by_guard": last.get("excluded", 0),
+        "planning_seconds": history.timings["planning"],
+        "weighted_loss_seconds": history.timings["weighted_loss"],
+        "machinery_seconds": history.machinery_seconds,
+        "epochs": [dict(h) for h in history.entries],
+    }

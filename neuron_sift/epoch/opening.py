@@ -1,0 +1,70 @@
+"""Opening an epoch: the one point per epoch where the scores cross to the host.
+
+Why one place: everything an epoch's plan depends on (the merged scores, the noise
+guard's streaks, the seed) is settled here, in a fixed order, so every rank computes the
+same plan and a resumed run re-plans later epochs exactly as the uninterrupted run did.
+In order: one host transfer of the score table, one merge over ranks, the guard's
+update, the plan, the new weights (one upload on a device), this rank's share marked.
+Epochs that plan without scores (warm-up, annealing) skip the transfer and the merge.
+"""
+
+import logging
+import time
+from typing import List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from neuron_sift.epoch.guard import NoiseGuard
+from neuron_sift.epoch.history import EpochHistory
+from neuron_sift.epoch.planner import EpochPlan, EpochPlanner
+from neuron_sift.epoch.shares import RankShares
+from neuron_sift.epoch.tables import ScoreTables
+
+logger = logging.getLogger("neuron_sift.epoch.loader")
+
+
+class EpochOpener:
+    """Plans epoch ``e`` from the parts that hold what the plan depends on."""
+
+    def __init__(
+        self,
+        planner: EpochPlanner,
+        tables: ScoreTables,
+        shares: RankShares,
+        guard: NoiseGuard,
+        history: EpochHistory,
+    ) -> None:
+        self.planner = planner
+        self.tables = tables
+        self.shares = shares
+        self.guard = guard
+        self.history = history
+
+    def open(self, epoch: int, previous: Optional[EpochPlan]) -> Tuple[EpochPlan, List[np.ndarray]]:
+        """The plan of ``epoch`` and this rank's batches of it; ``previous``: the plan of the
+        epoch that just ended (its trained samples update the guard)."""
+        start = time.perf_counter()
+        planner = self.planner
+        if planner.num_epochs is not None and epoch == planner.num_epochs:
+            logger.warning(
+                "EpochSiftingDataloader: epoch %d is past num_epochs=%d; it trains on all data", epoch + 1, planner.num_epochs
+            )
+        if planner.needs_scores(epoch):
+            scores = self.shares.merge(self.tables.snapshot())
+            if self.shares.active:
+                self.tables.load_scores(scores)
+            self.guard.update(scores, planner.trained_ids(previous) if previous is not None else None)
+        else:
+            scores = torch.full((planner.n,), float("nan"))
+        plan = planner.plan(epoch, scores, self.guard.excluded())
+        self.tables.set_weights(plan.weights, epoch + 1)
+        batches = planner.rank_batches_of(plan)
+        self.shares.planned(batches)
+        self.history.planned(plan, len(batches), time.perf_counter() - start)
+        return plan, batches
+
+    def restore(self, plan: Optional[EpochPlan], epochs_started: int) -> None:
+        """A checkpoint's plan in progress: its weights apply again to the batches still to come."""
+        if plan is not None:
+            self.tables.set_weights(plan.weights, epochs_started)

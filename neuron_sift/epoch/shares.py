@@ -1,0 +1,84 @@
+"""Each rank's share of the scores, and their one merge per epoch.
+
+Why: under data parallelism every rank trains a disjoint share of each epoch's plan, so
+each rank's table holds fresh scores only for its own samples. Before a plan is made from
+scores, the ranks combine their tables so that all of them plan from the same merged
+scores and therefore compute the same global plan. ``RankShares`` remembers which samples
+this rank trained since the last merge; ``merge_over_ranks`` is the merge itself.
+"""
+
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import torch
+
+from neuron_sift.distributed import RankGroup
+
+
+class RankShares:
+    """The samples this rank trained since the last merge (``mine``) and the samples of the
+    epoch before whose losses arrived after it (``carried``: a wrapper prefetching across
+    epochs)."""
+
+    def __init__(self, n: int, ranks: RankGroup) -> None:
+        self.ranks = ranks
+        self.mine = torch.zeros(n, dtype=torch.bool)
+        self.carried = torch.zeros(n, dtype=torch.bool)
+
+    @property
+    def active(self) -> bool:
+        """Whether other ranks hold scores too (then the merged scores replace this rank's)."""
+        return self.ranks.active
+
+    def planned(self, batches: List[np.ndarray]) -> None:
+        """This rank's batches of the epoch just planned: their scores are this rank's to share."""
+        if batches:
+            self.mine[torch.from_numpy(np.concatenate(batches))] = True
+
+    def carried_over(self, ids: np.ndarray) -> None:
+        """Losses of a batch of the epoch before, recorded after the merge that ended it."""
+        self.carried[torch.from_numpy(ids)] = True
+
+    def merge(self, scores: torch.Tensor) -> torch.Tensor:
+        """The scores every rank plans from (this rank's own without data parallelism); the
+        marks start over for the next epoch."""
+        merged = merge_over_ranks(scores, self.mine, self.ranks, self.carried)
+        self.mine.zero_()
+        self.carried.zero_()
+        return merged
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"mine": self.mine.clone(), "carried": self.carried.clone()}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.mine = state["mine"].clone()
+        self.carried = state["carried"].clone()
+
+
+def merge_over_ranks(
+    scores: torch.Tensor, mine: torch.Tensor, ranks: RankGroup, carried: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """Every rank's scores for the samples it trained on since the last merge, combined.
+
+    ``scores``: this rank's ``[N]`` table (CPU); ``mine``: ``[N]`` bool, the samples of this
+    rank's share of the last epoch (each sample belongs to one rank per epoch);
+    ``carried``: samples of the epoch before whose losses arrived after the last merge; a
+    value of the last epoch wins over a carried one (it is newer). One all-reduce of a
+    ``[4, N]`` float32 tensor (values and flags): a fixed shape, so every rank joins the
+    same collective whatever it trained; entries no rank scored keep the value every rank
+    already shares.
+    """
+    if not ranks.active:
+        return scores
+    if carried is None:
+        carried = torch.zeros_like(mine)
+    seen = ~torch.isnan(scores)
+    a, b = mine & seen, carried & ~mine & seen
+    zero = torch.zeros_like(scores)
+    parts = torch.stack([torch.where(a, scores, zero), a.to(torch.float32), torch.where(b, scores, zero), b.to(torch.float32)])
+    import torch.distributed as dist
+
+    buf = parts.to(ranks.device)
+    dist.all_reduce(buf)
+    buf = buf.cpu()
+    return torch.where(buf[1] > 0, buf[0], torch.where(buf[3] > 0, buf[2] / buf[3].clamp(min=1), scores))

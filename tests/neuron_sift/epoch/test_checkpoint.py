@@ -1,0 +1,186 @@
+"""The epoch loader's checkpoint as a composition of its parts' states: named parts plus a
+version; a state written by the version-1 code (one flat dict) still loads and resumes
+exactly; other versions and kinds are refused with a message naming them."""
+
+import io
+import json
+import os
+import pathlib
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from neuron_sift import EpochSiftingDataloader
+from neuron_sift.epoch.checkpoint import PARTS, STATE_VERSION
+from tests.neuron_sift.epoch.helpers import IdDataset, Prefetcher, ids_of, oracle_loss
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+EPOCH_DIR = pathlib.Path(__file__).resolve().parents[3] / "neuron_sift" / "epoch"
+
+
+def roundtrip(state):
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=True)
+
+
+def fixture_v1():
+    with open(os.path.join(DATA, "epoch_state_v1.json")) as f:
+        meta = json.load(f)
+    state = torch.load(os.path.join(DATA, "epoch_state_v1.pt"), weights_only=True)
+    return meta, state
+
+
+def loader_for(meta):
+    ds = IdDataset(meta["samples"])
+    dl = DataLoader(ds, batch_size=meta["batch_size"], shuffle=True)
+    return EpochSiftingDataloader(meta["config"], dl, num_epochs=meta["num_epochs"])
+
+
+def train_to_the_end(loader, num_epochs):
+    seen = []
+    while True:
+        for x, y in loader:
+            seen.append(ids_of(x))
+            loader.weighted_loss(oracle_loss(x))
+        if loader.epoch >= num_epochs:
+            return seen
+
+
+def test_a_version_1_state_resumes_exactly():
+    """Written mid-epoch of a sifted epoch by the code before the split (noise guard on,
+    batches pulled ahead by a prefetcher): the rest of the run, the kept counts and the
+    final scores are those of the uninterrupted run of that code."""
+    meta, state = fixture_v1()
+    assert state["version"] == 1 and state["in_progress"]
+    b = loader_for(meta)
+    b.load_state_dict(state)
+    assert b.resuming and b.epoch == state["epochs_started"]
+    assert len(b) == len(b.progress.batches) - state["position"]
+    assert b.counts == state["counts"]
+    assert torch.equal(b.guard.streak, state["streak"])
+    rest = train_to_the_end(b, meta["num_epochs"])
+    assert rest == meta["rest"]
+    assert [h["kept"] for h in b.history] == meta["kept"]
+    scores = b.tables.snapshot()
+    reference = torch.tensor(meta["final_scores"])
+    assert torch.equal(scores.isnan(), reference.isnan())
+    assert torch.equal(scores.nan_to_num(), reference.nan_to_num())
+
+
+def test_a_converted_version_1_state_is_saved_in_the_current_layout():
+    meta, state = fixture_v1()
+    b = loader_for(meta)
+    b.load_state_dict(state)
+    now = roundtrip(b.state_dict())
+    assert now["version"] == STATE_VERSION and now["kind"] == "EpochSiftingDataloader"
+    assert now["planner"]["seed"] == state["seed"]
+    assert now["progress"]["position"] == state["position"]
+    assert torch.equal(now["progress"]["plan"]["order"], state["plan"]["order"])
+    assert now["pairing"]["dropped_batches"] == 0
+    c = loader_for(meta)
+    c.load_state_dict(now)
+    assert train_to_the_end(c, meta["num_epochs"]) == meta["rest"]
+
+
+def test_the_state_is_the_parts_states_under_their_names():
+    ds = IdDataset(60)
+    a = EpochSiftingDataloader({"seed": 2, "noise_guard_epochs": 1}, DataLoader(ds, batch_size=8), num_epochs=4)
+    for _ in range(2):
+        for x, y in a:
+            a.weighted_loss(oracle_loss(x))
+    state = a.state_dict()
+    assert set(state) == {"version", "kind", "in_progress", *PARTS}
+    assert state["in_progress"] == state["progress"]["in_progress"]
+    parts = {
+        "planner": a.planner, "progress": a.progress, "tables": a.tables, "shares": a.shares,
+        "guard": a.guard, "pairing": a.pairing, "history": a.epoch_log,
+    }
+    assert set(parts) == set(PARTS)
+    for name, part in parts.items():
+        mine = part.state_dict()
+        assert set(state[name]) == set(mine), name
+    assert set(state["planner"]) == {"seed", "n", "batch_size", "world_size", "rank", "policy", "kept_share"}
+    assert set(state["pairing"]) == {"losses_recorded", "batches_recorded", "batches_yielded", "dropped_batches"}
+    roundtrip(state)  # plain values and CPU tensors only
+
+
+def test_unpaired_batches_are_counted_across_a_resume():
+    ds = IdDataset(64)
+    a = EpochSiftingDataloader({"seed": 1}, DataLoader(ds, batch_size=16), num_epochs=3)
+    for i, (x, y) in enumerate(a):
+        if i != 1:
+            a.weighted_loss(oracle_loss(x))
+    it = iter(a)  # the next epoch: the batch without its loss is counted as dropped
+    x, y = next(it)
+    a.weighted_loss(oracle_loss(x))
+    b = EpochSiftingDataloader({"seed": 1}, DataLoader(IdDataset(64), batch_size=16), num_epochs=3)
+    b.load_state_dict(roundtrip(a.state_dict()))
+    assert b.metrics()["unpaired_batches"] == a.metrics()["unpaired_batches"] == 1
+    assert b.counts == a.counts
+
+
+@pytest.mark.parametrize("version", [0, 3, "2", None])
+def test_other_versions_are_refused_naming_theirs_and_the_supported_one(version):
+    a = EpochSiftingDataloader({"seed": 1}, DataLoader(IdDataset(20), batch_size=4), num_epochs=2)
+    state = a.state_dict()
+    state["version"] = version
+    with pytest.raises(ValueError, match=rf"version {version!r} is not supported.*version {STATE_VERSION}"):
+        a.load_state_dict(state)
+
+
+def test_incomplete_states_are_refused_before_anything_changes():
+    meta, old = fixture_v1()
+    a = loader_for(meta)
+    del old["streak"]
+    with pytest.raises(ValueError, match="version 1 is incomplete: no streak"):
+        a.load_state_dict(old)
+    state = a.state_dict()
+    del state["guard"]
+    with pytest.raises(ValueError, match="incomplete: no guard"):
+        a.load_state_dict(state)
+    assert a.epoch == 0 and a.plan is None
+    with pytest.raises(ValueError, match="not an EpochSiftingDataloader state"):
+        a.load_state_dict({**a.state_dict(), "kind": "SiftingDataloader"})
+
+
+def test_a_resume_after_prefetched_batches_matches_across_the_new_layout():
+    """The new layout's own round trip with batches pulled ahead (the version-1 fixture's
+    situation) replays the uninterrupted run."""
+    cfg = {"seed": 9, "kept_share": 0.5, "noise_guard_epochs": 1}
+
+    def new():
+        return EpochSiftingDataloader(cfg, DataLoader(IdDataset(70), batch_size=6, shuffle=True), num_epochs=4)
+
+    full = train_to_the_end(new(), 4)
+    a = new()
+    first = []
+    for _ in range(2):  # a full epoch of 12 batches, then 1 of the sifted epoch's 6
+        for x, y in Prefetcher(a, depth=2):
+            first.append(ids_of(x))
+            a.weighted_loss(oracle_loss(x))
+            if len(first) == 13:
+                break
+    assert a.state_dict()["progress"]["position"] == 1
+    b = new()
+    b.load_state_dict(roundtrip(a.state_dict()))
+    assert first + train_to_the_end(b, 4) == full
+
+
+def test_no_device_type_tests_in_the_epoch_package():
+    """Device questions go to the backend (``holds_on_host``, ``same_device``, ``sort_method``)."""
+    offenders = [p.name for p in EPOCH_DIR.glob("*.py") if any(t in p.read_text() for t in (".type ==", ".type !=", "device.type"))]
+    assert offenders == []
+
+
+def test_the_backend_answers_the_epoch_loaders_device_questions():
+    from neuron_sift.backends import resolve_backend
+
+    cpu = resolve_backend(torch.device("cpu"))
+    assert cpu.holds_on_host and cpu.sort_method == "search"
+    assert cpu.same_device(torch.device("cpu"), torch.device("cpu"))
+    assert cpu.same_device(torch.device("cuda"), torch.device("cuda:1"))
+    assert not cpu.same_device(torch.device("cuda:0"), torch.device("cuda:1"))
+    assert not cpu.same_device(torch.device("cpu"), torch.device("cuda"))
