@@ -5,6 +5,7 @@ and the same script runs. The public API is re-exported here; the smart_sifting 
 paths (``neuron_sift.sift_config.sift_configs`` etc.) hold the same objects.
 """
 
+from neuron_sift.backends.traced_loss import TracedLoss
 from neuron_sift.data_model.data_model_interface import SiftingBatch, SiftingBatchTransform
 from neuron_sift.data_model.default_batch import DefaultBatchTransform
 from neuron_sift.data_model.list_batch import ListBatch
@@ -43,6 +44,7 @@ __all__ = [
     "SiftingCounts",
     "SiftingDataloader",
     "TensorBatch",
+    "TracedLoss",
     "UnsupportedDataFormatException",
     "__version__",
 ]

@@ -1,9 +1,12 @@
-"""The backend interface the engine and loader rely on."""
+"""The backend interface the engine and loader rely on: the only place that asks what a device is."""
 
 import abc
-from typing import Callable, Hashable, Tuple
+from typing import TYPE_CHECKING, Callable, Hashable, Optional, Tuple
 
 import torch
+
+if TYPE_CHECKING:
+    from neuron_sift.backends.pending import PendingStore
 
 
 class Backend(abc.ABC):
@@ -44,8 +47,8 @@ class Backend(abc.ABC):
     def to_host(self, tensor: torch.Tensor) -> torch.Tensor:
         """Read ``tensor`` back to the CPU (the one host read per source batch, where any)."""
 
-    def after_step(self) -> None:
-        """Called after each source batch's sifting math has been issued."""
+    def sync(self) -> None:
+        """The step boundary: cut the device's lazy graph (asynchronously) where it has one."""
 
     @property
     def extraction_only(self) -> bool:
@@ -53,12 +56,14 @@ class Backend(abc.ABC):
         return False
 
     @property
-    def gathers_on_device(self) -> bool:
-        """Whether fixed-mode selections are gathered on the device without a host read."""
+    def can_run_step_on_host(self) -> bool:
+        """Whether the host step (``engine/cpu_step.py``) can run for this device."""
         return False
 
-    # -- device questions of epoch-level sifting (neuron_sift/epoch/) ---------------------
-    # Added so that epoch/ never tests a device type itself; additions only.
+    @property
+    def runs_step_on_host(self) -> bool:
+        """Whether the selection step runs on the host by default (the C kernels, CPU only)."""
+        return False
 
     @property
     def holds_on_host(self) -> bool:
@@ -68,8 +73,8 @@ class Backend(abc.ABC):
 
     @property
     def sort_method(self) -> str:
-        """How rank kernels find ranks on this device (``percentile_of_all``'s ``method``):
-        ``"search"`` (``searchsorted``) wherever it has a lowering."""
+        """How the kernels rank among sorted values here: ``"search"`` (``searchsorted``) or
+        ``"merge"`` (sort-merge of static-shape ops, for compilers without ``searchsorted``)."""
         return "search"
 
     def same_device(self, a: torch.device, b: torch.device) -> bool:
@@ -77,3 +82,20 @@ class Backend(abc.ABC):
         type where either index is unspecified (``cuda`` and ``cuda:0``)."""
         a, b = torch.device(a), torch.device(b)
         return a == b or (a.type == b.type and None in (a.index, b.index))
+
+    def compile_count(self) -> Optional[int]:
+        """Graph compilations so far in this process, where the device compiles graphs (else None)."""
+        return None
+
+    def pending_store(
+        self, batch_size: int, rows_per_add: int, limit: Optional[int], default_batch: bool
+    ) -> "PendingStore":
+        """Where kept samples wait for a full batch: on the host here (``backends/pending.py``).
+
+        ``rows_per_add``: rows a source batch offers at most; ``limit``: the bound on waiting
+        samples under data-parallel agreement (None: none); ``default_batch``: whether the
+        batches are the default handling's (whose tensor fields a device store can hold).
+        """
+        from neuron_sift.backends.pending import HostPending
+
+        return HostPending(batch_size)

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Hashable, Optional, Tuple
 import torch
 
 from neuron_sift.backends.base import Backend
+from neuron_sift.engine.cpu_step import host_kernels_available
 
 # The compiler backend a device type usually uses with torch.compile (TorchNeuron
 # registers "neuron"); every other device type uses torch's default, inductor.
@@ -59,3 +60,14 @@ class EagerBackend(Backend):
 
     def to_host(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor.detach().cpu()
+
+    @property
+    def can_run_step_on_host(self) -> bool:
+        """Whether the host step can run here: a CPU device and the C kernels built."""
+        return self.device.type == "cpu" and host_kernels_available()
+
+    @property
+    def runs_step_on_host(self) -> bool:
+        """On the CPU the C-kernel host step runs, unless the torch step is compiled or the
+        extension was not built (then the torch step runs on the CPU: same selections)."""
+        return self.can_run_step_on_host and not self._compile

@@ -22,7 +22,7 @@ and the training graphs are still extracted.
 """
 
 import os
-from typing import Callable, Hashable, Tuple
+from typing import Callable, Hashable, Optional, Tuple
 
 import torch
 
@@ -30,6 +30,8 @@ import torch_xla
 import torch_xla.runtime as xr
 
 from neuron_sift.backends.base import Backend
+from neuron_sift.backends.device_pending import DevicePending
+from neuron_sift.backends.pending import HostPending, PendingStore
 from neuron_sift.backends.xla_pure import PureStepCache
 
 
@@ -62,14 +64,8 @@ class XlaBackend(Backend):
     def to_host(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor.detach().cpu()
 
-    def after_step(self) -> None:
+    def sync(self) -> None:
         torch_xla.sync()
-
-    @property
-    def gathers_on_device(self) -> bool:
-        return True
-
-    # -- device questions of epoch-level sifting (neuron_sift/epoch/); additions only -----
 
     @property
     def holds_on_host(self) -> bool:
@@ -78,5 +74,24 @@ class XlaBackend(Backend):
 
     @property
     def sort_method(self) -> str:
-        """``"merge"``: XLA has no lowering for ``searchsorted``."""
-        return "merge"
+        return "merge"  # torch-xla has no lowering for searchsorted (it falls back to the CPU)
+
+    def compile_count(self) -> Optional[int]:
+        return xla_compile_count()
+
+    def pending_store(
+        self, batch_size: int, rows_per_add: int, limit: Optional[int], default_batch: bool
+    ) -> PendingStore:
+        """The default batch's tensor fields wait on the device, in buffers of static shape;
+        a batch type of the user's own waits on the host (one read of the kept indices)."""
+        if not default_batch:
+            return HostPending(batch_size)
+        return DevicePending(batch_size, self, rows_per_add, limit)
+
+
+def xla_compile_count() -> int:
+    """Compilations so far in this process (``CompileTime`` samples of torch_xla's metrics)."""
+    import torch_xla.debug.metrics as met
+
+    data = met.metric_data("CompileTime")
+    return 0 if data is None else int(data[0])

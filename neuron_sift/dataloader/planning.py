@@ -10,6 +10,7 @@ on the loader's configuration and its carried-over state.
 from typing import Any, List, Optional, Tuple
 
 from neuron_sift.dataloader.source_loader import sampler_info
+from neuron_sift.sift_config.sift_configs import RelativeProbabilisticSiftConfig
 
 
 def source_batch_sizes(loader: Any, batch_size: Optional[int]) -> List[int]:
@@ -28,26 +29,33 @@ def source_batch_sizes(loader: Any, batch_size: Optional[int]) -> List[int]:
     return [batch_size] * (n_batches - 1) + [last]
 
 
-def plan_epochs(sl: Any, epochs: int, resume_at: int = 0) -> Tuple[List[int], int]:
-    """Batches each of the next ``epochs`` epochs of the loader ``sl`` emits, and the source
-    samples they score.
+def plan_epochs(
+    config: RelativeProbabilisticSiftConfig,
+    sizes: List[int],
+    batch_size: Optional[int],
+    delay_progress: int,
+    pending: int,
+    epochs: int,
+    resume_at: int = 0,
+) -> Tuple[List[int], int]:
+    """Batches each of the next ``epochs`` epochs emits, and the source samples they score.
 
+    ``sizes``: the source batches of one epoch (``source_batch_sizes``); ``delay_progress``:
+    delayed source batches already passed; ``pending``: kept samples waiting now.
     ``resume_at``: the first planned epoch is a resumed one whose first ``resume_at``
     source batches were consumed before the checkpoint; its count is then what is left of
     it (the delay is not restarted, the checkpoint's pending samples count).
     """
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
-    sizes = source_batch_sizes(sl._planning_loader, sl._batch_size)
-    b = sl._batch_size
-    config = sl.sift_config
+    if not sizes:
+        return [0] * epochs, 0
+    assert batch_size is not None  # source_batch_sizes needs it
+    b = batch_size
     base = config.base_config
     expected = config.selection_mode != "fixed"
-    if not expected and sizes:
-        sl.sifter.fixed_keep_count(b)  # raises if a full batch would keep nothing
     share = 1.0 / (1.0 + config.beta_value)
-    delay_progress = sl._delay_progress
-    pending = float(sl.num_pending)
+    remaining = float(pending)
     plan: List[int] = []
     scored = 0
     for epoch in range(epochs):
@@ -56,17 +64,17 @@ def plan_epochs(sl: Any, epochs: int, resume_at: int = 0) -> Tuple[List[int], in
             delay_progress = 0
         batches = 0
         if skip:  # ready batches the checkpoint had not handed out yet are emitted first
-            batches += int(pending // b)
-            pending -= int(pending // b) * b
+            batches += int(remaining // b)
+            remaining -= int(remaining // b) * b
         for n in sizes[skip:]:
             if delay_progress < base.sift_delay:
                 delay_progress += 1
                 batches += 1
                 continue
             scored += n
-            pending += n * share if expected else config.fixed_keep_count(n)
-            full = int(pending // b)
+            remaining += n * share if expected else config.fixed_keep_count(n)
+            full = int(remaining // b)
             batches += full
-            pending -= full * b
+            remaining -= full * b
         plan.append(batches)
     return plan, scored

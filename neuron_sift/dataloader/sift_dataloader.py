@@ -1,9 +1,12 @@
 """``SiftingDataloader``: wraps a DataLoader and yields full batches of kept samples.
 
-Per source batch: transform to a ``SiftingBatch``, score every sample with the user's
-loss in an eval-mode, no-grad forward pass, select (``neuron_sift.engine``), and
-accumulate the kept samples; every time ``batch_size`` kept samples are waiting, one batch
-is emitted in the user's own format. The training loop does not change.
+The loader object keeps the arguments, ``len`` and the state API; its parts do the work,
+each with one job and its own ``state_dict``: the per-epoch iterator (``epoch_iterator.py``:
+progress, look-ahead, scoring, emission), the engine (``engine.Sifter``: the loss history
+and the selection step), the backend's pending store (``backends/pending.py``: kept
+samples waiting for a full batch), the data-parallel agreement (``agreement.py``), the
+delay (``delay.py``) and the counts (``counts.py``). The checkpoint is their composition
+plus a version (``checkpoint.py``).
 
 Counting rules (see README): ``sift_delay`` counts source batches from the start of
 training, which during the delay are passed through unchanged and so are training steps
@@ -13,83 +16,42 @@ agreement in probabilistic mode, when a rank keeps more than its peers and its p
 samples would pass ``max_pending`` (counted, logged; see ``SiftingCounts``).
 """
 
-import contextlib
 import logging
-import time
-from dataclasses import asdict, dataclass
+import weakref
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import torch
 
 from neuron_sift.backends import resolve_backend
+from neuron_sift.backends.pending import PendingStore
 from neuron_sift.data_model.data_model_interface import SiftingBatch
 from neuron_sift.data_model.default_batch import DefaultBatchTransform, DefaultSiftingBatch
-from neuron_sift.dataloader.accumulator import BatchAccumulator
+from neuron_sift.data_model.saved_batch import SavedBatch
+from neuron_sift.dataloader.agreement import EmissionAgreement
+from neuron_sift.dataloader.checkpoint import loader_state, restore_loader_state
+from neuron_sift.dataloader.counts import LOADER_LOGGER, PhaseTimings, SiftingCounts
+from neuron_sift.dataloader.delay import SiftDelay
+from neuron_sift.dataloader.epoch_iterator import EpochProgress, SiftingEpoch
 from neuron_sift.dataloader.notices import drop_notice, nonfinite_notice
-from neuron_sift.dataloader.planning import plan_epochs
-from neuron_sift.dataloader.scoring import check_losses, model_device, scoring_mode
-from neuron_sift.dataloader.source_loader import sampler_info, underlying_dataloader
-from neuron_sift.dataloader.checkpoint import PendingSamples, loader_state, restore_loader_state
-from neuron_sift.dataloader.device_staging import DeviceStaging, batch_to_device, pad_batch, staged_selection
+from neuron_sift.dataloader.planning import plan_epochs, source_batch_sizes
+from neuron_sift.dataloader.scoring import model_device
+from neuron_sift.dataloader.source_loader import first_batch_size, sampler_info, underlying_dataloader
 from neuron_sift.distributed import RankGroup
 from neuron_sift.engine.sifter import Sifter
-from neuron_sift.exceptions import UnsupportedDataFormatException, add_context
 from neuron_sift.loss.abstract_sift_loss_module import resolve_loss_fn
 from neuron_sift.sift_config.sift_configs import coerce_sift_config
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger(LOADER_LOGGER)
 
-
-@dataclass
-class SiftingCounts:
-    """Host-side accounting. Invariants: seen == kept + sifted; kept == emitted + pending + dropped.
-
-    ``num_samples_dropped``: kept samples a data-parallel rank let go because its pending
-    samples reached ``max_pending`` while its peers kept fewer (always 0 in one process and
-    in fixed mode).
-
-    Attributes:
-        num_orig_samples_seen: source samples that reached the loader (delayed ones included).
-        num_orig_samples_kept: samples kept (delayed ones included).
-        num_orig_samples_sifted: samples left out.
-        num_samples_emitted: samples handed to the training loop.
-        num_samples_pending: kept samples waiting for a full batch.
-        num_batches_emitted: batches handed to the training loop.
-        num_source_batches: source batches read.
-        num_source_batches_delayed: source batches passed through during ``sift_delay``.
-        num_nonfinite_losses: NaN or infinite losses seen (kept, never recorded in the history).
-        num_samples_dropped: kept samples dropped under the data-parallel backlog bound.
-    """
-
-    num_orig_samples_seen: int = 0
-    num_orig_samples_kept: int = 0
-    num_orig_samples_sifted: int = 0
-    num_samples_emitted: int = 0
-    num_samples_pending: int = 0
-    num_batches_emitted: int = 0
-    num_source_batches: int = 0
-    num_source_batches_delayed: int = 0
-    num_nonfinite_losses: int = 0
-    num_samples_dropped: int = 0
-
-    def as_dict(self) -> dict:
-        return asdict(self)
+__all__ = ["SiftingCounts", "SiftingDataloader"]
 
 
 class SiftingDataloader:
     """Wraps ``orig_dataloader``; yields batches of ``batch_size`` high-loss samples.
 
-    Arguments as in smart_sifting: ``sift_config`` (a ``RelativeProbabilisticSiftConfig``
-    or dict), ``orig_dataloader``, ``batch_transforms`` (a ``SiftingBatchTransform``;
-    None handles tensors, lists, tuples and dicts), ``loss_impl`` (a ``Loss``), ``model``,
-    ``log_batch_data`` (log per-batch losses and kept indices; costly, for pilot runs),
-    ``batch_format_index`` (0: indexed by sample, 1: by feature; settles ambiguous lists).
-    ``backend`` (neuron_sift addition): ``"eager"``, ``"xla"`` or None to follow the model.
-    ``log_batch_contents`` (neuron_sift addition): also log each emitted batch's contents;
-    ``log_batch_data`` alone logs losses and indices, never sample contents. The library
-    writes nothing to disk or network: logs go to the ``logging`` handlers you configure.
-    ``max_pending`` (neuron_sift addition): under data-parallel agreement in probabilistic
-    mode, the most kept samples a rank holds back (default four batches); see README.
+    Arguments as in smart_sifting, plus neuron_sift's keyword-only ones (``backend``,
+    ``log_batch_contents``, ``distributed``, ``max_pending``). The library writes nothing
+    to disk or network: logs go to the ``logging`` handlers you configure.
 
     Args:
         sift_config: a ``RelativeProbabilisticSiftConfig`` or an equivalent dict.
@@ -142,7 +104,7 @@ class SiftingDataloader:
         log_batch_data: bool = False,
         batch_format_index: Optional[int] = None,
         *,
-        backend: Optional[str] = None,
+        backend: Optional[Any] = None,
         log_batch_contents: bool = False,
         distributed: Optional[bool] = None,
         max_pending: Optional[int] = None,
@@ -152,15 +114,14 @@ class SiftingDataloader:
             raise TypeError(f"orig_dataloader must be an iterable of batches, got {type(orig_dataloader).__name__}")
         self.orig_dataloader = orig_dataloader
         self.loss_impl = loss_impl
-        self._loss_fn = resolve_loss_fn(loss_impl)
+        self.loss_fn: Callable[..., Any] = resolve_loss_fn(loss_impl)
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module (or LightningModule), got {type(model).__name__}")
         self.model = model
-        if not isinstance(log_batch_data, bool):
-            raise TypeError(f"log_batch_data must be a bool, got {type(log_batch_data).__name__}")
+        for name, flag in (("log_batch_data", log_batch_data), ("log_batch_contents", log_batch_contents)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
         self.log_batch_data = log_batch_data
-        if not isinstance(log_batch_contents, bool):
-            raise TypeError(f"log_batch_contents must be a bool, got {type(log_batch_contents).__name__}")
         self.log_batch_contents = log_batch_contents
         self._planning_loader = underlying_dataloader(orig_dataloader)
         info = sampler_info(self._planning_loader)
@@ -180,44 +141,24 @@ class SiftingDataloader:
         self.backend = resolve_backend(model_device(model), backend)
         self.ranks = RankGroup(distributed, self.backend.device)
         self.sifter = Sifter(self.sift_config, self.backend, self.ranks)
-        # Probabilistic mode under torch.distributed: ranks agree on how many batches to emit
-        # every `_sync_every` scored source batches (about once per emitted batch) and at the
-        # end of each epoch, with one all-reduce(MIN) of one int64.
-        self._coordinated = self.ranks.active and self.sift_config.selection_mode == "probabilistic"
-        if max_pending is not None and (isinstance(max_pending, bool) or not isinstance(max_pending, int)):
-            raise TypeError(f"max_pending must be an int, got {type(max_pending).__name__}")
-        self._max_pending_arg = max_pending
-        self._budget_left = 0  # batches agreed at the last agreement point and not yet emitted
-        self._sync_every = max(1, int(1.0 + self.sift_config.beta_value))
-        self._since_sync = 0
-        self.counts = SiftingCounts()
-        self._nonfinite_notice, self._drop_notice = nonfinite_notice(logger), drop_notice(logger)
-        self._accumulator = BatchAccumulator()
-        self._staging: Optional[DeviceStaging] = None
-        self._delay_progress = 0
-        self._epoch = 0
-        self._iteration_token = 0
-        self._epoch_in_progress = False
-        self._consumed = 0  # source batches of the current epoch fully counted
-        self._resume_skip: Optional[int] = None  # set by load_state_dict() mid-epoch
-        self._restored: Optional[PendingSamples] = None
-        self._epoch_planned: Optional[int] = None  # fixed mode: batches this epoch (or its resumed rest) emits
-        self._resume_like: Optional[Tuple[int, Any]] = None  # a skipped source batch, to bind restored samples
-        self._emitted_in_epoch = 0
-        self._epoch_source: Optional[Iterator[Any]] = None
+        # The parts, each with its own state_dict (checkpoint.py composes them).
+        coordinated = self.ranks.active and self.sift_config.selection_mode == "probabilistic"
+        self.agreement = EmissionAgreement(self.ranks, coordinated, self.sift_config.beta_value, max_pending)
+        base = self.sift_config.base_config
+        self.delay = SiftDelay(base.sift_delay, base.repeat_delay_per_epoch)
+        self.counts_host = SiftingCounts()
+        self.pending: Optional[PendingStore] = None  # made by the backend at the first scored batch
+        self.progress = EpochProgress()
+        self._resume = False  # load_state_dict() of a checkpoint taken mid-epoch: the next iter() continues it
+        self._active: Callable[[], Optional[SiftingEpoch]] = lambda: None
+        self.nonfinite_notice, self.drop_notice = nonfinite_notice(logger), drop_notice(logger)
+        self.phases = PhaseTimings(logger)
         # Host seconds and calls per phase: transform, calculate_relevance_values (the
         # user's scoring forward), should_sift, sift, accumulate, reverse_transform.
-        self.timings: dict = {}
+        self.timings = self.phases.entries
 
     def _first_batch_size(self) -> Optional[int]:
-        """Samples in the source loader's first batch: the batch size, or fewer when the
-        whole dataset is smaller (then that single batch is short). Used to tell which
-        dimension of a list holds the samples."""
-        b = self._batch_size
-        info = sampler_info(self._planning_loader)
-        if b is not None and info is not None and 0 < info[1] < b and not info[2]:
-            return info[1]
-        return b
+        return first_batch_size(self._planning_loader, self._batch_size)
 
     # -- public properties -------------------------------------------------------------
 
@@ -232,17 +173,23 @@ class SiftingDataloader:
 
     @property
     def epoch(self) -> int:
-        return self._epoch
+        return self.progress.epoch
 
     @property
     def max_pending(self) -> Optional[int]:
         """The most kept samples a rank holds back under data-parallel agreement (probabilistic
         mode); None until the batch size is known."""
-        if self._max_pending_arg is not None:
-            if self._batch_size is not None and self._max_pending_arg < self._batch_size:
-                raise ValueError(f"max_pending={self._max_pending_arg} is below the batch size {self._batch_size}")
-            return self._max_pending_arg
-        return None if self._batch_size is None else 4 * self._batch_size
+        return self.agreement.max_pending(self._batch_size)
+
+    @property
+    def counts(self) -> SiftingCounts:
+        """The counts now (a snapshot; the non-finite count is the engine's, one host read on a device)."""
+        return self._counts_with(self.sifter.num_nonfinite())
+
+    def _counts_with(self, nonfinite: int) -> SiftingCounts:
+        snapshot = SiftingCounts(**self.counts_host.as_dict())
+        snapshot.num_nonfinite_losses = nonfinite
+        return snapshot
 
     def __len__(self) -> int:
         """Batches the next epoch emits: exact in ``fixed`` mode, an estimate in ``probabilistic``.
@@ -263,7 +210,7 @@ class SiftingDataloader:
 
     def estimated_length(self) -> int:
         """Expected number of batches of the next epoch (exact in ``fixed`` mode)."""
-        return plan_epochs(self, 1, self._resume_skip or 0)[0][0]
+        return self.plan_epochs(1)[0][0]
 
     @property
     def length_is_exact(self) -> bool:
@@ -279,334 +226,47 @@ class SiftingDataloader:
         ``len(loader)`` batches of a resumed epoch with nothing left (``len() == 0``) still
         ends that epoch, and its next ``iter()`` starts the next one.
         """
-        self._iteration_token += 1
-        base = self.sift_config.base_config
-        resumed = self._resume_skip is not None
-        skip = self._resume_skip or 0
-        self._resume_skip = None
-        if not resumed:
-            self._epoch += 1
-            self._consumed = 0
-            if base.repeat_delay_per_epoch:
-                self._delay_progress = 0
-        self._epoch_in_progress = True
-        # A resumed epoch plans what is left of it, so that the look-ahead of _before_yield
-        # scores the trailing source batches at the same point as the uninterrupted run.
-        self._epoch_planned = self._exact_epoch_plan(skip)
-        self._emitted_in_epoch = 0
-        return self._iterate(self._iteration_token, skip)
+        skip = self.progress.consumed if self._resume else 0
+        if not self._resume:
+            self.progress = EpochProgress(self.progress.epoch + 1, True, 0)
+            self.delay.new_epoch()
+        self._resume = False
+        self.progress.in_progress = True
+        epoch = SiftingEpoch(self, self.progress, skip, self._exact_epoch_plan(skip))
+        self._active = weakref.ref(epoch)  # the loader does not keep an abandoned epoch (or its workers) alive
+        return epoch
 
-    def _iterate(self, token: int, skip: int) -> Iterator[Any]:
-        base = self.sift_config.base_config
-        source_batches = self._source_batches()
-        self._epoch_source = source_batches
-        self._resume_like = None
-        try:
-            for index, source in source_batches:
-                if index < skip:  # resuming mid-epoch: these were consumed before the checkpoint
-                    self._resume_like = (index, source)
-                    continue
-                if token != self._iteration_token:
-                    raise RuntimeError("SiftingDataloader: a new iteration was started; this iterator is no longer valid")
-                if self._restored is not None and self._resume_like is not None:
-                    yield from self._resume_emission(*self._resume_like)
-                self._resume_like = None
-                if self._delay_progress < base.sift_delay:
-                    self._delay_progress += 1
-                    n = self._count_delayed(source, index)
-                    c = self.counts
-                    c.num_source_batches += 1
-                    c.num_source_batches_delayed += 1
-                    c.num_orig_samples_seen += n
-                    c.num_orig_samples_kept += n
-                    c.num_samples_emitted += n
-                    c.num_batches_emitted += 1
-                    self._consumed = index + 1
-                    self._before_yield()
-                    yield source
-                    continue
-                yield from self._sift_source_batch(source, index)
-            if token == self._iteration_token:
-                if self._restored is not None and self._resume_like is not None:
-                    yield from self._resume_emission(*self._resume_like)  # every source batch was consumed
-                self._resume_like = None
-                if self._coordinated:  # last agreement of the epoch: every rank ends on the same count
-                    yield from self._emit(self._staging is not None, time.perf_counter(), end_of_epoch=True)
-                self._epoch_in_progress = False
-                self._nonfinite_notice.flush()
-                self._drop_notice.flush()
-        finally:  # do not hold the source iterator (and its DataLoader workers) past the epoch
-            if self._epoch_source is source_batches:
-                self._epoch_source = None
+    def is_active(self, epoch: SiftingEpoch) -> bool:
+        """Whether ``epoch`` is the latest iteration (an older one, or one from before
+        ``load_state_dict()``, is void)."""
+        return self._active() is epoch
 
     def _exact_epoch_plan(self, skip: int) -> Optional[int]:
         """This epoch's exact batch count (what is left of it after ``skip`` consumed source
-        batches), when known in advance (fixed mode, sized source)."""
+        batches), when known in advance (fixed mode, sized source). A resumed epoch plans
+        what is left of it, so that the look-ahead scores the trailing source batches at the
+        same point as the uninterrupted run."""
         if self.selection_mode != "fixed" or self._batch_size is None:
             return None
         try:
-            return plan_epochs(self, 1, skip)[0][0]
+            return self._plan(1, skip)[0][0]
         except TypeError:
             return None
 
-    def _resume_emission(self, index: int, like: Any) -> Iterator[Any]:
-        """Restored samples go back in before anything is scored, and the batches the
-        checkpoint had ready (or agreed) are emitted first, as the uninterrupted run would
-        have emitted them before scoring its next source batch with the weights of then.
-
-        ``like``: a source batch consumed before the checkpoint, transformed only to give the
-        restored samples their container types again.
-        """
-        try:
-            transformed = self._timed("transform", self.batch_transforms.transform, like)
-        except Exception as exc:
-            add_context(exc, f"neuron_sift: while transforming source batch {index} of epoch {self._epoch} (resume)")
-            raise
-        if not isinstance(transformed, SiftingBatch) or len(transformed) == 0 or self._batch_size is None:
-            return
-        staged = self._uses_device_staging(transformed)
-        self._reinsert_restored(transformed, staged)
-        if staged:
-            self._staging.bind(transformed)
-        yield from self._emit(staged, time.perf_counter(), resumed=True)
-
-    def _before_yield(self) -> None:
-        """Before the epoch's last planned batch, score the source batches still left.
-
-        They can only add pending samples (the plan is exact), but a consumer that stops
-        after ``len(loader)`` batches, as Lightning and the Hugging Face Trainer do, would
-        otherwise never pull them, and their samples would go unseen in this epoch.
-        """
-        self._emitted_in_epoch += 1
-        if self._epoch_planned is None or self._emitted_in_epoch != self._epoch_planned:
-            return
-        self._epoch_planned = None
-        for index, source in self._epoch_source:
-            for _ in self._sift_source_batch(source, index, emit=False):
-                pass
-
-    def _source_batches(self) -> Iterator[Any]:
-        """``enumerate(orig_dataloader)``, with a note on errors saying which batch failed.
-
-        The source loader's own exception (its type and traceback, e.g. a worker's error
-        re-raised by DataLoader) propagates unchanged apart from the note.
-        """
-        source = iter(self.orig_dataloader)
-        index = 0
-        while True:
-            try:
-                batch = next(source)
-            except StopIteration:
-                return
-            except Exception as exc:
-                add_context(exc, f"neuron_sift: while loading source batch {index} of epoch {self._epoch} from orig_dataloader")
-                raise
-            yield index, batch
-            index += 1
-
-    def _count_delayed(self, source: Any, index: int) -> int:
-        try:
-            return len(self._timed("transform", self.batch_transforms.transform, source))
-        except Exception as exc:
-            add_context(exc, f"neuron_sift: while transforming source batch {index} of epoch {self._epoch} (sift_delay)")
-            raise
-
-    def _timed(self, name: str, fn: Callable, *args):
-        """Run one phase, add its host time to ``self.timings`` and log it at INFO.
-
-        Host time: on XLA the device runs asynchronously, so a phase that reads a result
-        back also waits for the device work it depends on.
-        """
-        start = time.perf_counter()
-        out = fn(*args)
-        elapsed = time.perf_counter() - start
-        entry = self.timings.setdefault(name, [0.0, 0])
-        entry[0] += elapsed
-        entry[1] += 1
-        if logger.isEnabledFor(logging.INFO):
-            logger.info("func:%s latency: %.6f", name, elapsed)
-        return out
-
-    def _sift_source_batch(self, source: Any, index: int, emit: bool = True) -> Iterator[Any]:
-        start = time.perf_counter()
-        where = f"source batch {index} of epoch {self._epoch}"
-        try:
-            transformed = self._timed("transform", self.batch_transforms.transform, source)
-        except Exception as exc:
-            add_context(exc, f"neuron_sift: while transforming {where}")
-            raise
-        if not isinstance(transformed, SiftingBatch):
-            raise UnsupportedDataFormatException(
-                f"batch_transforms.transform must return a SiftingBatch (e.g. ListBatch, TensorBatch), "
-                f"got {type(transformed).__name__}"
-            )
-        n = len(transformed)
-        c = self.counts
-        c.num_source_batches += 1
-        if n == 0:
-            self._consumed = index + 1
-            return
+    def pending_store_for(self, batch: SiftingBatch) -> PendingStore:
+        """The pending store, made by the backend for this kind of batch at the first scored one."""
         if self._batch_size is None:
-            self._batch_size = n
+            self._batch_size = len(batch)
+        if self.pending is None:
+            self.pending = self._make_store(isinstance(batch, DefaultSiftingBatch))
+        return self.pending
+
+    def _make_store(self, default_batch: bool) -> PendingStore:
         b = self._batch_size
-        staged = self._uses_device_staging(transformed)
-        if self._restored is not None:
-            self._reinsert_restored(transformed, staged)
-        if staged:
-            # Tensor fields go to the device once (the user's own .to(device) is then a no-op);
-            # a short batch is padded so the scoring forward keeps its shape.
-            scored = pad_batch(batch_to_device(transformed, self.backend.device), b)
-            original = scored.to_user()
-        else:
-            scored, original = transformed, source
-        try:
-            losses = self._timed("calculate_relevance_values", self._score, scored, original)
-        except Exception as exc:
-            add_context(exc, f"neuron_sift: while scoring {where}")
-            raise
-        out = self._timed("should_sift", self.sifter.step, losses, n, b)
-        if staged:
-            n_kept, n_nonfinite, indices = self._timed("sift", staged_selection, self, scored, out, n)
-            n_held = self._holdable(n_kept)
-            with self._context(f"accumulating the kept samples of {where}"):
-                self._timed("accumulate", self._staged_accumulate, scored, out, n_held, indices)
-        else:
-            indices, n_nonfinite = self._timed("sift", self.sifter.read_selection, out)
-            n_kept = indices.shape[0]
-            n_held = self._holdable(n_kept)
-            # The default batch takes the index tensor; a user's SiftingBatch gets Python ints.
-            picked = indices[:n_held] if isinstance(transformed, DefaultSiftingBatch) else indices[:n_held].tolist()
-            self._timed("accumulate", self._accumulator.add, transformed.select(picked))
-        c.num_orig_samples_seen += n
-        c.num_orig_samples_kept += n_kept
-        c.num_orig_samples_sifted += n - n_kept
-        c.num_samples_pending += n_held
-        c.num_samples_dropped += n_kept - n_held
-        self._consumed = index + 1
-        c.num_nonfinite_losses += n_nonfinite
-        self._nonfinite_notice.report(n_nonfinite, where)
-        if self._coordinated:
-            self._drop_notice.report(n_kept - n_held, where)
-        if self.log_batch_data:  # costly: reads losses and the selection back to the host
-            values = self.backend.to_host(losses.float())[:n]
-            if indices is None:
-                indices, _ = self.sifter.read_selection(out)
-            logger.info("relevance_values: %s", values.tolist())
-            kept = torch.as_tensor(indices, dtype=torch.long)
-            logger.info("relevance_values_kept: %s", values[kept].tolist())
-            logger.info("kept_indices: %s", kept.tolist())
-        if emit:
-            yield from self._emit(staged, start)
-
-    @contextlib.contextmanager
-    def _context(self, what: str):
-        """Say which source batch an error of the library's own joining came from."""
-        try:
-            yield
-        except UnsupportedDataFormatException as exc:
-            add_context(exc, f"neuron_sift: while {what}")
-            raise
-
-    def _holdable(self, n_kept: int) -> int:
-        """How many of ``n_kept`` newly kept samples may wait (the first ones, in source order).
-
-        Under agreement a rank emits the minimum of the ranks' ready batches, so a rank that
-        keeps more than its peers (its data is harder) would hold back ever more samples.
-        Past ``max_pending`` its newest kept samples are dropped instead: counted, logged.
-        """
-        if not self._coordinated:
-            return n_kept
-        waiting = len(self._staging) if self._staging is not None else len(self._accumulator)
-        return max(0, min(n_kept, self.max_pending - waiting))
-
-    def _emission_budget(self, end_of_epoch: bool) -> Optional[int]:
-        """How many full batches may be emitted now; None: every ready one.
-
-        Uncoordinated (one process, or fixed mode, where every rank keeps the same count by
-        construction) emits whatever is ready. Coordinated ranks emit only at agreement
-        points, the minimum over ranks of their ready batches; the rest stays pending.
-        """
-        if not self._coordinated:
-            return None
-        if not end_of_epoch:
-            self._since_sync += 1
-            if self._since_sync < self._sync_every:
-                return 0
-        self._since_sync = 0
-        ready = (len(self._staging) if self._staging is not None else len(self._accumulator)) // self._batch_size
-        return self.ranks.min_int(ready)
-
-    def _emit(self, staged: bool, start: float, end_of_epoch: bool = False, resumed: bool = False) -> Iterator[Any]:
-        """Emit the ready batches (uncoordinated) or the agreed ones (coordinated).
-
-        Coordinated, the agreed count is kept in ``_budget_left`` until every agreed batch
-        is out, so a checkpoint taken between two of them resumes with the rest; ``resumed``
-        emits that rest without a new agreement.
-        """
-        if self._batch_size is None:
-            return
-        if self._coordinated and not resumed:
-            self._budget_left = self._emission_budget(end_of_epoch)
-        budget = self._budget_left if self._coordinated else None
-        c = self.counts
-        while budget is None or budget > 0:
-            last = f"source batch {self._consumed - 1} of epoch {self._epoch}"
-            with self._context(f"joining the kept samples (the last ones from {last})"):
-                batch = self._staged_pop() if staged else self._accumulator.pop(self._batch_size)
-            if batch is None:
-                if budget:
-                    raise RuntimeError(f"internal error: {budget} agreed batches could not be cut")
-                return
-            if budget is not None:
-                budget -= 1
-                self._budget_left = budget
-            out_batch = self._timed("reverse_transform", self.batch_transforms.reverse_transform, batch)
-            c.num_samples_emitted += len(batch)
-            c.num_samples_pending -= len(batch)
-            c.num_batches_emitted += 1
-            if logger.isEnabledFor(logging.INFO):
-                logger.info("num_orig_samples_seen: %d", c.num_orig_samples_seen)
-                logger.info("num_orig_samples_kept: %d", c.num_orig_samples_kept)
-                logger.info("Batch size for next sifted batch: %d", len(batch))
-                logger.info("sifted_batch_creation_latency: %.6f", time.perf_counter() - start)
-            if self.log_batch_contents:  # explicit opt-in: sample contents in the log
-                logger.info("emitted_batch: %r", out_batch)
-            self._before_yield()
-            yield out_batch
-            start = time.perf_counter()
-
-    def _uses_device_staging(self, transformed: SiftingBatch) -> bool:
-        """Device staging: XLA backend with the default batch handling (see device_staging.py)."""
-        if not (self.backend.gathers_on_device and isinstance(transformed, DefaultSiftingBatch)):
-            return False
-        if self._staging is None:
-            b = self._batch_size
-            m = self.sifter.fixed_keep_count(b) if self.selection_mode == "fixed" else b
-            self._staging = DeviceStaging(b, self.backend, m, self.max_pending if self._coordinated else None)
-        return True
-
-    def _staged_accumulate(self, scored: DefaultSiftingBatch, out, n_kept: int, indices) -> None:
-        """Stage kept rows on the device, then cut the graph (asynchronously)."""
-        self._staging.add(scored, out.order, n_kept, out.count, indices)
-        self.backend.after_step()
-
-    def _staged_pop(self) -> Optional[DefaultSiftingBatch]:
-        """Cut the next full batch, if one is ready, and sync.
-
-        Batches are cut one at a time, just before they are yielded, so samples of a batch
-        not yet handed out stay pending (and in ``state_dict()``). The sync turns the
-        emitted batch into device data: the user's training graph never contains sifting
-        ops, and the set of compiled graphs does not depend on the data.
-        """
-        batch = self._staging.pop()
-        if batch is not None:
-            self.backend.after_step()
-        return batch
-
-    def _score(self, transformed: SiftingBatch, source: Any) -> torch.Tensor:
-        with scoring_mode(self.model):
-            losses = self._loss_fn(self.model, transformed, source)
-        return check_losses(losses, len(transformed), self.backend.device)
+        assert b is not None
+        rows = self.sifter.fixed_keep_count(b) if self.selection_mode == "fixed" else b
+        limit = self.max_pending if self.agreement.coordinated else None
+        return self.backend.pending_store(b, rows, limit, default_batch)
 
     # -- planning ------------------------------------------------------------------------
 
@@ -632,7 +292,15 @@ class SiftingDataloader:
             ValueError: ``epochs`` is not an int >= 1.
             SiftConfigValidationException: fixed mode would keep no sample of a batch.
         """
-        return plan_epochs(self, epochs, self._resume_skip or 0)
+        return self._plan(epochs, self.progress.consumed if self._resume else 0)
+
+    def _plan(self, epochs: int, resume_at: int) -> Tuple[List[int], int]:
+        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+            raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
+        sizes = source_batch_sizes(self._planning_loader, self._batch_size)
+        if self.selection_mode == "fixed" and sizes:
+            self.sifter.fixed_keep_count(self._batch_size)  # raises if a full batch would keep nothing
+        return plan_epochs(self.sift_config, sizes, self._batch_size, self.delay.progress, self.num_pending, epochs, resume_at)
 
     # -- checkpoints -----------------------------------------------------------------------
 
@@ -641,10 +309,11 @@ class SiftingDataloader:
 
         Loss history and its position/fill, counters, the random state (seed and draw
         counter), delay progress, epoch progress (source batches consumed in the current
-        epoch), the mode, and the kept samples not yet emitted. Loads with
-        ``torch.load(path, weights_only=True)``, on either backend. Call it between batches
-        (e.g. right after a training step); a run resumed from it, with the same source
-        data order, emits exactly the batches the uninterrupted run would have emitted.
+        epoch), the mode, and the kept samples not yet emitted: each part's own state under
+        its name, with a format version. Loads with ``torch.load(path, weights_only=True)``,
+        on either backend. Call it between batches (e.g. right after a training step); a run
+        resumed from it, with the same source data order, emits exactly the batches the
+        uninterrupted run would have emitted.
 
         Returns:
             A dict of tensors (on the CPU) and plain Python values.
@@ -662,33 +331,38 @@ class SiftingDataloader:
         consumed (they are still loaded, not scored), so the source loader must produce the
         same order again (e.g. a seeded sampler with ``set_epoch``). ``beta_value`` may
         differ from the checkpoint's; the selection mode and history length may not.
+        Checkpoints of every earlier format version of this library load.
 
         Args:
             state: a dict returned by ``state_dict()`` of a loader of the same selection mode and
                 history length, on this rank of the same world size.
 
         Raises:
-            ValueError: not a ``SiftingDataloader`` state, a state of another rank or world size,
-                a different selection mode or history length, or an inconsistent state.
+            ValueError: not a ``SiftingDataloader`` state (or of an unknown version), a state of
+                another rank or world size, a different selection mode or history length, or an
+                inconsistent state.
         """
         restore_loader_state(self, state)
+        self._active = lambda: None  # iterators started before loading are void
+        self._resume = self.progress.in_progress
 
-    def _reinsert_restored(self, transformed: SiftingBatch, staged: bool) -> None:
-        """Put restored pending samples back, ahead of anything kept from now on."""
-        batch = self._restored.bind(transformed)
-        self._restored = None
-        if staged:
-            self._staging.preload(batch)  # uploaded whole when the buffers are created
-        else:
-            self._accumulator.add(batch)
+    def restore_pending(self, batch_size: Optional[int], saved: Optional[dict]) -> None:
+        """Part of ``load_state_dict``: the batch size and the checkpoint's waiting samples."""
+        self._batch_size = batch_size
+        if batch_size is not None and isinstance(self.batch_transforms, DefaultBatchTransform):
+            self.batch_transforms.nominal_batch_size = self._first_batch_size()
+        self.pending = None
+        if saved is not None:
+            restored = SavedBatch(saved)
+            self.pending = self._make_store(restored.is_default)
+            self.pending.restore(restored)
 
     # -- inspection ----------------------------------------------------------------------
 
     @property
     def num_pending(self) -> int:
         """Kept samples waiting for a full batch (carried into the next epoch)."""
-        restored = self._restored.size if self._restored is not None else 0
-        return len(self._accumulator) + (len(self._staging) if self._staging is not None else 0) + restored
+        return len(self.pending) if self.pending is not None else 0
 
     def pending_batch(self) -> Optional[SiftingBatch]:
         """The kept samples not yet emitted, as one ``SiftingBatch`` (None if none).
@@ -699,17 +373,12 @@ class SiftingDataloader:
         Returns:
             A ``SiftingBatch`` of the pending samples, or None when none are pending.
         """
-        if self._staging is not None and len(self._staging):
-            return self._staging.pending_batch()
-        pieces = self._accumulator.pending()
-        if not pieces:
-            return None
-        return pieces[0].concat(pieces[1:]) if len(pieces) > 1 else pieces[0]
+        return self.pending.pending_batch() if self.pending is not None else None
 
     @property
     def machinery_seconds(self) -> float:
         """Host seconds in sifting's own phases so far (every timed phase but the scoring forward)."""
-        return sum(v[0] for k, v in self.timings.items() if k != "calculate_relevance_values")
+        return self.phases.machinery_seconds
 
     def metrics(self) -> dict:
         """Counts (host) plus the device counters and history fill (one host read).
@@ -719,19 +388,13 @@ class SiftingDataloader:
             (``device_num_scored``, ``device_num_kept``, ``device_num_nonfinite``), ``timings``
             (seconds and calls per phase), ``machinery_seconds`` and ``kept_share``.
         """
-        out = self.counts.as_dict()
-        st = self.sifter.state
-        fill, scored, kept, nonfinite = self.backend.to_host(
-            torch.stack([st.fill, st.num_scored, st.num_kept, st.num_nonfinite])
-        ).tolist()
-        out["history_fill"] = int(fill)
-        out["device_num_scored"] = int(scored)
-        out["device_num_kept"] = int(kept)
-        out["device_num_nonfinite"] = int(nonfinite)
-        # The host count misses batches whose selection was never read (fixed mode on XLA);
-        # the device counter sees every scored batch.
-        out["num_nonfinite_losses"] = int(nonfinite)
-        out["timings"] = {k: {"seconds": v[0], "calls": v[1]} for k, v in self.timings.items()}
+        fill, scored, kept, nonfinite = self.sifter.read_counters()
+        out = self._counts_with(nonfinite).as_dict()
+        out["history_fill"] = fill
+        out["device_num_scored"] = scored
+        out["device_num_kept"] = kept
+        out["device_num_nonfinite"] = nonfinite
+        out["timings"] = self.phases.as_dict()
         out["machinery_seconds"] = self.machinery_seconds
         out["kept_share"] = (
             out["num_orig_samples_kept"] / out["num_orig_samples_seen"] if out["num_orig_samples_seen"] else 0.0

@@ -4,13 +4,20 @@ from typing import Any, Optional, Tuple
 
 
 def underlying_dataloader(loader: Any) -> Any:
-    """The DataLoader inside wrappers such as torch-xla's ``MpDeviceLoader`` (``._loader``).
+    """The DataLoader inside wrappers such as torch-xla's ``MpDeviceLoader`` (``._loader``):
+    the first object with a batch size or a batch sampler (accelerate's prepared loaders have
+    only the latter).
 
     Used only to learn the batch size and plan the length; iteration always goes through
-    the loader the user passed.
+    the loader the user passed. The one unwrapping helper of the package.
     """
     seen = 0
-    while getattr(loader, "batch_size", None) is None and hasattr(loader, "_loader") and seen < 8:
+    while (
+        getattr(loader, "batch_size", None) is None
+        and getattr(loader, "batch_sampler", None) is None
+        and hasattr(loader, "_loader")
+        and seen < 8
+    ):
         loader = loader._loader
         seen += 1
     return loader
@@ -36,3 +43,13 @@ def sampler_info(loader: Any) -> Optional[Tuple[int, int, bool]]:
         return b, len(sampler), bool(drop_last)
     except TypeError:
         return None
+
+
+def first_batch_size(loader: Any, batch_size: Optional[int]) -> Optional[int]:
+    """Samples in the source loader's first batch: the batch size, or fewer when the whole
+    dataset is smaller (then that single batch is short). Used to tell which dimension of a
+    list holds the samples."""
+    info = sampler_info(loader)
+    if batch_size is not None and info is not None and 0 < info[1] < batch_size and not info[2]:
+        return info[1]
+    return batch_size

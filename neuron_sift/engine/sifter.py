@@ -40,14 +40,12 @@ class Sifter:
         if ranks is not None and ranks.active:
             # Ranks usually share one seed; their draws must still be independent.
             seed = int(seed) * 1_000_003 + 7919 * (ranks.rank + 1)
-        # On the CPU the step runs on the host (C kernels or NumPy; bit-identical results,
-        # see cpu_step.py), unless the backend compiles the torch step; elsewhere the torch
-        # step runs on the device. ``host_step=False`` runs the torch step on the CPU too
-        # (benchmarks/machinery.py compares the two).
-        on_cpu = backend.device.type == "cpu"
-        if host_step and not on_cpu:
-            raise ValueError(f"host_step=True needs a CPU device, not {backend.device}")
-        self._on_host = (on_cpu and not backend.compiles_step) if host_step is None else bool(host_step)
+        # The backend says where the step runs: on the host (C kernels) for a CPU model, the
+        # torch step elsewhere. ``host_step`` overrides it (benchmarks/machinery.py and the
+        # tests compare the two); True needs a backend that can run it.
+        if host_step and not backend.can_run_step_on_host:
+            raise ValueError(f"host_step=True needs a CPU device and the C kernels, not {backend.device}")
+        self._on_host = backend.runs_step_on_host if host_step is None else bool(host_step)
         self._device_state: Optional[SiftState] = None
         self._host_state: Optional[HostSiftState] = None
         self._consts: Dict[int, StepConstants] = {}  # per padded batch size (device step)
@@ -125,10 +123,13 @@ class Sifter:
         # compiled (torch.compile); the same function of the same tensors either way.
         # The key names all a traced step depends on besides its inputs, the functions too
         # (benchmarks and tests swap the percentile kernel or the step).
-        key = (self.mode, k, shared_losses is not None, sift_step, step_module.percentile_rank_auto)
+        method = self.backend.sort_method
+        key = (self.mode, k, shared_losses is not None, sift_step, step_module.percentile_rank_auto, method)
         fn = self._step_fns.get(key)
         if fn is None:
-            fn = self._step_fns[key] = flat_step(self.mode, k, shared_losses is not None, step_fn=sift_step)
+            fn = self._step_fns[key] = flat_step(
+                self.mode, k, shared_losses is not None, step_fn=sift_step, sort_method=method
+            )
         inputs = flat_inputs(
             self._device_state, losses.to(torch.float32), per_batch, self._beta, consts, shared_losses, shared_valid
         )
@@ -147,3 +148,17 @@ class Sifter:
         """One host read of two scalars: kept count and non-finite count (device step only)."""
         packed = self.backend.to_host(torch.stack([out.count, out.num_nonfinite]))
         return int(packed[0]), int(packed[1])
+
+    def num_nonfinite(self) -> int:
+        """Non-finite losses seen so far: the engine's counter, the one source of that count."""
+        if self._on_host:
+            return int(self._host_state.num_nonfinite)
+        return int(self.backend.to_host(self._device_state.num_nonfinite))
+
+    def read_counters(self) -> Tuple[int, int, int, int]:
+        """History fill and the scored, kept and non-finite counters, in one host read."""
+        st = self.state
+        fill, scored, kept, nonfinite = self.backend.to_host(
+            torch.stack([st.fill, st.num_scored, st.num_kept, st.num_nonfinite])
+        ).tolist()
+        return int(fill), int(scored), int(kept), int(nonfinite)

@@ -21,6 +21,7 @@ import math
 from typing import Any, Iterator, List, Optional
 
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
+from neuron_sift.dataloader.checkpoint import epoch_in_progress
 from neuron_sift.dataloader.source_loader import underlying_dataloader
 
 
@@ -216,7 +217,7 @@ class ExactLengthLoader:
             raise ValueError(
                 f"checkpoint has steps_per_epoch={state['steps_per_epoch']} but this loader has {self.steps_per_epoch}"
             )
-        if state["in_pass"] and not state["loader"]["epoch_in_progress"]:
+        if state["in_pass"] and not epoch_in_progress(state["loader"]):
             raise ValueError("inconsistent checkpoint: a pass is open but the sifting loader's epoch is not")
         self.sifting_dataloader.load_state_dict(state["loader"])
         self.passes = int(state["passes"])

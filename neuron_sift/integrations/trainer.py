@@ -44,6 +44,7 @@ import numbers
 from typing import Any, Optional
 
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
+from neuron_sift.dataloader.source_loader import underlying_dataloader
 from neuron_sift.integrations.schedules import ExactLengthLoader, _round_half_up, epoch_plan
 from neuron_sift.loss.abstract_sift_loss_module import resolve_loss_fn
 from neuron_sift.metrics.sifting_metrics import collect_metrics
@@ -88,11 +89,7 @@ class TrainerSource:
 
     def __init__(self, prepared: Any):
         self.prepared = prepared
-        inner = prepared
-        for _ in range(8):
-            if getattr(inner, "batch_sampler", None) is not None or not hasattr(inner, "_loader"):
-                break
-            inner = inner._loader
+        inner = underlying_dataloader(prepared)
         batch_sampler = getattr(inner, "batch_sampler", None)
         b = getattr(inner, "batch_size", None) or getattr(batch_sampler, "batch_size", None)
         processes = int(getattr(batch_sampler, "num_processes", 1) or 1)

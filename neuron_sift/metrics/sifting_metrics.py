@@ -68,14 +68,6 @@ def _quantile_key(q: float) -> str:
     return f"loss_history_q{q * 100:g}"
 
 
-def xla_compile_count() -> int:
-    """Compilations so far in this process (``CompileTime`` samples of torch_xla's metrics)."""
-    import torch_xla.debug.metrics as met
-
-    data = met.metric_data("CompileTime")
-    return 0 if data is None else int(data[0])
-
-
 @dataclass
 class SiftingMetrics:
     """A snapshot of one ``SiftingDataloader``. Counts follow ``SiftingCounts``.
@@ -173,8 +165,6 @@ def collect_metrics(loader: Any, quantiles: Sequence[float] = DEFAULT_QUANTILES)
     if sl is None:
         raise TypeError(f"no SiftingDataloader found in {type(loader).__name__}")
     raw = sl.metrics()
-    # metrics()'s counts: its non-finite count is the device counter, which also sees the
-    # batches whose selection was never read back (fixed mode on XLA).
     counts = {k: raw[k] for k in sl.counts.as_dict()}
     fill = int(raw["history_fill"])
     timings = {k: dict(v) for k, v in raw.get("timings", {}).items()}
@@ -182,7 +172,7 @@ def collect_metrics(loader: Any, quantiles: Sequence[float] = DEFAULT_QUANTILES)
     machinery = float(raw["machinery_seconds"])
     sifted_sources = counts["num_source_batches"] - counts["num_source_batches_delayed"]
     sifted_batches = counts["num_batches_emitted"] - counts["num_source_batches_delayed"]
-    compile_count = xla_compile_count() if getattr(sl.backend, "name", None) == "xla" else None
+    compile_count = sl.backend.compile_count()
     return SiftingMetrics(
         num_orig_samples_seen=counts["num_orig_samples_seen"],
         num_orig_samples_kept=counts["num_orig_samples_kept"],

@@ -12,7 +12,7 @@ except ImportError:
     torch_xla = None
 
 from neuron_sift import LossOutputException, RelativeProbabilisticSiftConfig, SiftingDataloader  # noqa: E402
-from neuron_sift.dataloader.scoring import TracedLoss  # noqa: E402
+from neuron_sift import TracedLoss  # noqa: E402
 from tests.neuron_sift.backends.test_xla_backend import classification_data  # noqa: E402
 from tests.neuron_sift.dataloader.fakes import Classifier  # noqa: E402
 

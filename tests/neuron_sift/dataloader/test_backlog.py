@@ -75,8 +75,8 @@ def lagging_loader(device, n=16 * 20 + 5, max_pending=None, beta=0.25, rate=0.6 
         model=tiny_model().to(device),
         max_pending=max_pending,
     )
-    loader.ranks = LaggingPeer(rate)
-    loader._coordinated = True  # as under torch.distributed in probabilistic mode
+    loader.ranks = loader.agreement.ranks = LaggingPeer(rate)
+    loader.agreement.coordinated = True  # as under torch.distributed in probabilistic mode
     return loader, data
 
 

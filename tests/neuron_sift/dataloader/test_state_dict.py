@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -155,3 +156,31 @@ def test_resume_in_a_fresh_process(tmp_path):
 
     rest = json.loads(done.stdout.strip().splitlines()[-1])
     assert first + rest == full
+
+
+@pytest.mark.parametrize("mode", ["probabilistic", "fixed"])
+def test_version_1_checkpoints_load_and_resume_exactly(mode):
+    """A checkpoint written by neuron_sift 0.2.0 (one flat dict, version 1; made by
+    make_v1_checkpoints.py with that release) loads into today's composed layout, and the
+    resumed run emits what the uninterrupted 0.2.0 run emitted after it."""
+    from tests.neuron_sift.dataloader.make_v1_checkpoints import ids, make
+
+    saved = torch.load(Path(__file__).parent / "data" / f"v1_{mode}.pt", weights_only=True)
+    assert saved["state"]["version"] == 1
+    loader = make(mode)
+    loader.load_state_dict(saved["state"])
+    assert loader.num_pending == saved["state"]["counts"]["num_samples_pending"] > 0
+    rest = [ids(b) for b in loader] + [ids(b) for b in loader]
+    assert rest == saved["rest"]
+    again = loader.state_dict()
+    assert again["version"] == 2 and set(again) == {
+        "version", "loader", "sift_state", "counts", "delay", "epoch", "agreement", "pending"
+    }
+
+
+def test_unknown_versions_are_refused_naming_the_versions():
+    loader, _ = make("fixed")
+    state = loader.state_dict()
+    state["version"] = 3
+    with pytest.raises(ValueError, match=r"version 3; readable versions: 1, 2 \(current 2\)"):
+        loader.load_state_dict(state)

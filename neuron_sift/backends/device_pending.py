@@ -1,4 +1,4 @@
-"""Accumulation on the device with static shapes, for the XLA backend.
+"""The pending store on an XLA device: kept rows gathered into buffers of static shape.
 
 On an XLA device a ``tensor[host_indices]`` of varying length is a new graph per length.
 Here every tensor field of the batch has a staging buffer of fixed capacity
@@ -14,11 +14,13 @@ Fields that are not tensors (lists of strings, NumPy arrays) stay on the host an
 the kept row indices, i.e. one host read per source batch.
 """
 
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 import torch
 
 from neuron_sift.backends.base import Backend
+from neuron_sift.backends.pending import Kept, PendingStore
+from neuron_sift.data_model.data_model_interface import SiftingBatch
 from neuron_sift.data_model.default_batch import DefaultSiftingBatch
 from neuron_sift.data_model.leaves import Leaf
 from neuron_sift.exceptions import UnsupportedDataFormatException
@@ -222,35 +224,92 @@ class DeviceStaging:
         return DefaultSiftingBatch(self._structure, leaves, self.fill)
 
 
-def staged_selection(sl: Any, scored: DefaultSiftingBatch, out: Any, n: int):
-    """For the loader ``sl``: how many rows were kept (and which, when host fields need
-    it), for device staging.
+class DevicePending(PendingStore):
+    """The pending store of the default batch handling on an XLA device.
 
-    Returns (kept, non-finite, host indices or None). Reads: none in fixed mode (the
-    kept count is known), one two-scalar read in probabilistic mode, plus the kept
-    indices when the batch has host (non-tensor) fields. Probabilistic mode syncs
-    before its read, so the read transfers results instead of re-running the scoring
-    graph. Under graph extraction nothing read back is trusted.
+    Tensor fields go to the device once (the user's own ``.to(device)`` is then a no-op)
+    and a short batch is padded so the scoring forward keeps its shape. What is read back
+    per source batch: nothing in fixed mode (the kept count is known), the kept count in
+    probabilistic mode, plus the kept indices when the batch has host (non-tensor) fields.
+    The graph is cut (``backend.sync``) after each source batch's staging and after each
+    cut batch, so the user's training graph never contains sifting ops and the set of
+    compiled graphs does not depend on the data. Under graph extraction nothing read back
+    is trusted.
     """
-    host_fields = has_host_leaves(scored)
-    extraction = sl.backend.extraction_only
-    indices = None
-    n_nonfinite = 0
-    if sl.selection_mode == "fixed":
-        n_kept = sl.sifter.rows_taken(n, len(scored))
-        if host_fields:
-            sl.backend.after_step()
-            indices, n_nonfinite = sl.sifter.read_selection(out)
-    else:
-        sl.backend.after_step()
-        if extraction:
-            n_kept = sl.sift_config.fixed_keep_count(n)
-        elif host_fields:
-            indices, n_nonfinite = sl.sifter.read_selection(out)
-            n_kept = indices.shape[0]
+
+    def __init__(self, batch_size: int, backend: Backend, rows_per_add: int, limit: Optional[int] = None):
+        super().__init__(batch_size)
+        self.backend = backend
+        self.staging = DeviceStaging(batch_size, backend, rows_per_add, limit)
+
+    def prepare(self, batch: SiftingBatch, source: Any) -> Tuple[SiftingBatch, Any]:
+        assert isinstance(batch, DefaultSiftingBatch)
+        scored = pad_batch(batch_to_device(batch, self.backend.device), self.batch_size)
+        return scored, scored.to_user()
+
+    def read_kept(self, sifter: Any, scored: SiftingBatch, out: Any, n: int) -> Kept:
+        """Probabilistic mode syncs before its read, so the read transfers results instead
+        of re-running the scoring graph."""
+        assert isinstance(scored, DefaultSiftingBatch)
+        host_fields = has_host_leaves(scored)
+        extraction = self.backend.extraction_only
+        indices = None
+        nonfinite = 0
+        if sifter.mode == "fixed":
+            count = sifter.rows_taken(n, len(scored))
+            if host_fields:
+                self.backend.sync()
+                indices, nonfinite = sifter.read_selection(out)
         else:
-            n_kept, n_nonfinite = sl.sifter.read_counts(out)
-    if extraction:
-        indices = list(range(n_kept)) if host_fields else None
-        n_nonfinite = 0
-    return n_kept, n_nonfinite, indices
+            self.backend.sync()
+            if extraction:
+                count = sifter.config.fixed_keep_count(n)
+            elif host_fields:
+                indices, nonfinite = sifter.read_selection(out)
+                count = int(indices.shape[0])
+            else:
+                count, nonfinite = sifter.read_counts(out)
+        if extraction:
+            indices = list(range(count)) if host_fields else None
+            nonfinite = 0
+        return Kept(count, nonfinite, indices)
+
+    def add(self, scored: SiftingBatch, out: Any, kept: Kept, n_held: int) -> None:
+        """Stage the kept rows on the device, then cut the graph (asynchronously)."""
+        assert isinstance(scored, DefaultSiftingBatch)
+        self.staging.add(scored, out.order, n_held, out.count, kept.indices)
+        self.backend.sync()
+
+    def pop(self) -> Optional[SiftingBatch]:
+        """Cut the next full batch, if one is ready, and sync.
+
+        Batches are cut one at a time, just before they are yielded, so samples of a batch
+        not yet handed out stay pending (and in ``state_dict()``).
+        """
+        batch = self.staging.pop()
+        if batch is not None:
+            self.backend.sync()
+        return batch
+
+    def waiting(self) -> int:
+        return len(self.staging)
+
+    def bind(self, like: SiftingBatch) -> None:
+        """Restored samples first, and the buffers made now, so they can be emitted before
+        anything new is added."""
+        if not self.has_unbound:
+            return
+        super().bind(like)
+        assert isinstance(like, DefaultSiftingBatch)
+        self.staging.bind(like)
+
+    def _insert_restored(self, batch: SiftingBatch) -> None:
+        assert isinstance(batch, DefaultSiftingBatch)
+        self.staging.preload(batch)  # uploaded whole when the buffers are created
+
+    def pending_batch(self) -> Optional[SiftingBatch]:
+        return self.staging.pending_batch() if len(self.staging) else None
+
+    def pending_on_host(self) -> Optional[SiftingBatch]:
+        """Whole buffers are read (no new graph per pending count) and cut on the host."""
+        return self.staging.pending_on_host() if len(self.staging) else None

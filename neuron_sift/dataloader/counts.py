@@ -1,0 +1,131 @@
+"""The loader's host-side counts and phase timings: one source for every number it reports.
+
+Why apart from the loader: the counts are read by the metrics, the Trainer and Lightning
+integrations and the checkpoint, and written by the per-epoch iterator; one object with
+one ``state_dict`` keeps every reader on the same numbers. The count of non-finite losses
+is not kept here: the engine's device counter sees every scored batch (also those whose
+selection is never read back, fixed mode on XLA), so it is the only source, and
+``SiftingCounts`` snapshots carry it in.
+"""
+
+import logging
+import time
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Callable, Dict, List, TypeVar
+
+T = TypeVar("T")
+
+#: The logger of smart_sifting's documented lines; every part of the loader logs through it.
+LOADER_LOGGER = "neuron_sift.dataloader.sift_dataloader"
+
+
+@dataclass
+class SiftingCounts:
+    """Host-side accounting. Invariants: seen == kept + sifted; kept == emitted + pending + dropped.
+
+    ``num_samples_dropped``: kept samples a data-parallel rank let go because its pending
+    samples reached ``max_pending`` while its peers kept fewer (always 0 in one process and
+    in fixed mode).
+
+    Attributes:
+        num_orig_samples_seen: source samples that reached the loader (delayed ones included).
+        num_orig_samples_kept: samples kept (delayed ones included).
+        num_orig_samples_sifted: samples left out.
+        num_samples_emitted: samples handed to the training loop.
+        num_samples_pending: kept samples waiting for a full batch.
+        num_batches_emitted: batches handed to the training loop.
+        num_source_batches: source batches read.
+        num_source_batches_delayed: source batches passed through during ``sift_delay``.
+        num_nonfinite_losses: NaN or infinite losses seen (kept, never recorded in the history);
+            the engine's device counter, read when the snapshot is taken.
+        num_samples_dropped: kept samples dropped under the data-parallel backlog bound.
+    """
+
+    num_orig_samples_seen: int = 0
+    num_orig_samples_kept: int = 0
+    num_orig_samples_sifted: int = 0
+    num_samples_emitted: int = 0
+    num_samples_pending: int = 0
+    num_batches_emitted: int = 0
+    num_source_batches: int = 0
+    num_source_batches_delayed: int = 0
+    num_nonfinite_losses: int = 0
+    num_samples_dropped: int = 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    # -- what the per-epoch iterator records ------------------------------------------------
+
+    def delayed(self, n: int) -> None:
+        """A source batch of ``n`` samples passed through unchanged during ``sift_delay``."""
+        self.num_source_batches += 1
+        self.num_source_batches_delayed += 1
+        self.num_orig_samples_seen += n
+        self.num_orig_samples_kept += n
+        self.num_samples_emitted += n
+        self.num_batches_emitted += 1
+
+    def scored(self, n: int, kept: int, held: int) -> None:
+        """A scored source batch of ``n`` samples: ``kept`` kept, of which ``held`` wait (the rest dropped)."""
+        self.num_orig_samples_seen += n
+        self.num_orig_samples_kept += kept
+        self.num_orig_samples_sifted += n - kept
+        self.num_samples_pending += held
+        self.num_samples_dropped += kept - held
+
+    def emitted(self, n: int) -> None:
+        """A full batch of ``n`` kept samples handed to the training loop."""
+        self.num_samples_emitted += n
+        self.num_samples_pending -= n
+        self.num_batches_emitted += 1
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        return self.as_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore the host counts; ``num_nonfinite_losses`` is ignored (the engine's state holds it)."""
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(state) - known)
+        if unknown:
+            raise ValueError(f"unknown count(s) in the checkpoint: {unknown}")
+        for name in known - {"num_nonfinite_losses"}:
+            setattr(self, name, int(state.get(name, 0)))
+        self.num_nonfinite_losses = 0
+
+
+class PhaseTimings:
+    """Host seconds and calls per phase of the loader, each also logged at INFO.
+
+    Phases: ``transform``, ``calculate_relevance_values`` (the user's scoring forward),
+    ``should_sift``, ``sift``, ``accumulate``, ``reverse_transform``. Host time: on XLA
+    the device runs asynchronously, so a phase that reads a result back also waits for the
+    device work it depends on.
+    """
+
+    SCORING = "calculate_relevance_values"
+
+    def __init__(self, logger: logging.Logger):
+        self.logger = logger
+        self.entries: Dict[str, List[Any]] = {}  # name -> [seconds, calls]
+
+    def run(self, name: str, fn: Callable[..., T], *args: Any) -> T:
+        start = time.perf_counter()
+        out = fn(*args)
+        elapsed = time.perf_counter() - start
+        entry = self.entries.setdefault(name, [0.0, 0])
+        entry[0] += elapsed
+        entry[1] += 1
+        if self.logger.isEnabledFor(logging.INFO):
+            self.logger.info("func:%s latency: %.6f", name, elapsed)
+        return out
+
+    @property
+    def machinery_seconds(self) -> float:
+        """Host seconds in sifting's own phases (every phase but the user's scoring forward)."""
+        return sum(v[0] for k, v in self.entries.items() if k != self.SCORING)
+
+    def as_dict(self) -> Dict[str, Dict[str, float]]:
+        return {k: {"seconds": v[0], "calls": v[1]} for k, v in self.entries.items()}
