@@ -4,8 +4,6 @@ the runner evaluates) and, on torch-xla, the compile count and host reads."""
 import time
 from collections.abc import Callable
 
-from neuron_sift.metrics.sifting_metrics import xla_compile_count
-
 
 class Clock:
     """Wall-clock with pause (evaluation is not training time), and beside it the process's
@@ -44,14 +42,17 @@ class XlaCounters:
     def __init__(self):
         import torch_xla.debug.metrics as met
 
+        from neuron_sift.backends.xla import xla_compile_count  # imports torch_xla: only here
+
         self.met = met
+        self.compile_count = xla_compile_count
         self.compiles = 0
         self.reads = 0
         self._snap: tuple[int, int] | None = None
 
     def snapshot(self) -> tuple[int, int]:
         r = self.met.metric_data("TransferFromDeviceTime")
-        return xla_compile_count(), (r[0] if r else 0)
+        return self.compile_count(), (r[0] if r else 0)
 
     def add_since(self) -> None:
         """Count what happened since the last ``mark()`` (nothing before the first)."""

@@ -16,7 +16,7 @@ MNIST-1D 1-D CNN, B = 128):
   epoch through the plain ``DataLoader``, alternating; the difference per step over the
   plain step.
 
-Planning: ``_begin_epoch`` of a sifted epoch (read the table, merge, policy, systematic
+Planning: opening a sifted epoch (``loader.opener.open``: read the table, merge, policy, systematic
 sampling, weights, batches) for a table of ``--planning-n`` scores (default 1,000,000),
 per policy and budget form, against the time of one epoch of that many samples of the
 default model (steps x the measured training step).
@@ -155,15 +155,15 @@ def planning(args, step_s: float) -> list:
                                         device=device)
         loader.tables.load_scores(torch.from_numpy(scores))
         times = []
+        plan = None
         for r in range(args.planning_repeats):
-            loader._epochs_started = 1 + r % 7  # a sifted epoch
             t0 = CLOCK()
-            loader._begin_epoch()
+            plan, _ = loader.opener.open(1 + r % 7, loader.plan)  # a sifted epoch
             times.append(CLOCK() - t0)
         t = statistics.median(times)
         epoch_s = (n / b) * step_s
         rows.append({"measure": "planning", "policy": name, "n": n, "backend": args.backend, "planning_s": t,
-                     "epoch_s_estimate": epoch_s, "share_of_epoch": t / epoch_s, "kept": loader.plan.kept})
+                     "epoch_s_estimate": epoch_s, "share_of_epoch": t / epoch_s, "kept": plan.kept})
     return rows
 
 

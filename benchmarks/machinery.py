@@ -55,7 +55,6 @@ import neuron_sift.engine.step as step_module  # noqa: E402
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader  # noqa: E402
 from neuron_sift.engine.sifter import Sifter  # noqa: E402
 from neuron_sift.kernels.percentile import percentile_rank, percentile_rank_auto  # noqa: E402
-from neuron_sift.metrics.sifting_metrics import xla_compile_count  # noqa: E402
 from neuron_sift.sift_config.sift_configs import RelativeProbabilisticSiftConfig  # noqa: E402
 
 
@@ -105,7 +104,11 @@ def backend_setup(name):
 
 
 def compiles():
-    return xla_compile_count() if "torch_xla" in sys.modules else 0
+    if "torch_xla" not in sys.modules:
+        return 0
+    from neuron_sift.backends.xla import xla_compile_count
+
+    return xla_compile_count()
 
 
 class TrainStep:

@@ -24,8 +24,7 @@ def pytest_configure(config):
     except ImportError as exc:
         if os.environ.get("NEURON_SIFT_REQUIRE_XLA") == "1":
             raise pytest.UsageError(f"NEURON_SIFT_REQUIRE_XLA=1 but torch_xla cannot be imported: {exc}")
-    # The CPU step's C kernels are an optional build; CI requires them (and tests the NumPy
-    # formulation that replaces them either way).
+    # The CPU step's C kernels are an optional build (the torch step replaces them); CI requires them.
     if os.environ.get("NEURON_SIFT_REQUIRE_HOST_KERNELS") == "1":
         try:
             from neuron_sift.kernels import _host  # noqa: F401
@@ -57,18 +56,6 @@ def pytest_collection_modifyitems(config, items):
         for name, skip in missing.items():
             if name in item.keywords:
                 item.add_marker(skip)
-
-
-@pytest.fixture(params=["c", "numpy"])
-def host_formulation(request, monkeypatch):
-    """Runs a test with the CPU step's C kernels and again with its NumPy formulation."""
-    from neuron_sift.engine import cpu_step
-
-    if request.param == "numpy":
-        monkeypatch.setattr(cpu_step, "_host", None)
-    elif cpu_step._host is None:
-        pytest.skip("neuron_sift.kernels._host was not built (no C compiler at install); CI requires it")
-    return request.param
 
 
 @pytest.fixture(autouse=True)

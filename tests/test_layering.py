@@ -46,5 +46,5 @@ def test_the_loader_object_is_thin():
     its parts. A method doing the epoch's work would show up as a call into the engine or
     the pending store from the loader module."""
     loader = _code(ROOT / "neuron_sift" / "dataloader" / "sift_dataloader.py")
-    for call in ("sifter.step(", ".read_selection(", ".read_kept(", ".pop(", "reverse_transform("):
+    for call in ("sifter.step(", ".read_selection(", ".read_kept(", ".pop(", ".reverse_transform("):
         assert call not in loader, call
