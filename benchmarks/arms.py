@@ -62,12 +62,11 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
+from loops import train_plain
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
 from neuron_sift.integrations.schedules import planned_steps
 from neuron_sift.loss.abstract_sift_loss_module import Loss
 from neuron_sift.sift_config.sift_configs import LossConfig, RelativeProbabilisticSiftConfig, SiftingBaseConfig
-
-from loops import train_plain
 
 if TYPE_CHECKING:
     from runner import ArmContext
@@ -85,8 +84,9 @@ class ArmSpec:
 ARMS: dict[str, ArmSpec] = {}
 
 
-def register(name: str, fn: Callable | None = None, *, default: bool = False, description: str = "",
-             frontier: float = 0.0) -> Callable:
+def register(
+    name: str, fn: Callable | None = None, *, default: bool = False, description: str = "", frontier: float = 0.0
+) -> Callable:
     """Register ``fn`` as arm ``name`` (also usable as a decorator). A name already taken is an error."""
 
     def add(f: Callable) -> Callable:
@@ -208,8 +208,12 @@ class UniformSubsetLoader:
         parameters, keeps it on the CPU whatever the run's device)."""
         if self.seen:
             raise RuntimeError("UniformSubsetLoader plans from its first epoch: call planned_steps() before iterating")
-        twin = SiftingDataloader(sift_config=self.rule, orig_dataloader=self.source,
-                                 loss_impl=PerSampleCrossEntropy(), model=torch.nn.Module())
+        twin = SiftingDataloader(
+            sift_config=self.rule,
+            orig_dataloader=self.source,
+            loss_impl=PerSampleCrossEntropy(),
+            model=torch.nn.Module(),
+        )
         return planned_steps(twin, epochs)
 
     def __iter__(self) -> Iterator[list]:
@@ -257,8 +261,9 @@ def _sift_arm(mode: str) -> Callable[["ArmContext"], dict]:
             selection_mode=mode,
             seed=ctx.seed,
         )
-        loader = SiftingDataloader(sift_config=config, orig_dataloader=ctx.source, loss_impl=PerSampleCrossEntropy(),
-                                   model=ctx.model)
+        loader = SiftingDataloader(
+            sift_config=config, orig_dataloader=ctx.source, loss_impl=PerSampleCrossEntropy(), model=ctx.model
+        )
         sched = ctx.step_schedule(planned_steps(loader, ctx.epochs))
         train_plain(ctx, loader, ctx.epochs, sched, seen_of=lambda: loader.counts.num_orig_samples_seen)
         m = loader.metrics()
@@ -278,12 +283,24 @@ def _sift_arm(mode: str) -> Callable[["ArmContext"], dict]:
     return sift
 
 
-register("sift-probabilistic", _sift_arm("probabilistic"), default=True,
-         description="SiftingDataloader, keep with probability percentile ** beta")
-register("sift-fixed", _sift_arm("fixed"), default=True,
-         description="SiftingDataloader(selection_mode='fixed'): round(B / (1 + beta)) per source batch")
+register(
+    "sift-probabilistic",
+    _sift_arm("probabilistic"),
+    default=True,
+    description="SiftingDataloader, keep with probability percentile ** beta",
+)
+register(
+    "sift-fixed",
+    _sift_arm("fixed"),
+    default=True,
+    description="SiftingDataloader(selection_mode='fixed'): round(B / (1 + beta)) per source batch",
+)
 
 from infobatch import infobatch_arm  # noqa: E402
 
-register("infobatch", infobatch_arm, default=True,
-         description="a reimplementation of InfoBatch's published rule (Qin et al., ICLR 2024)")
+register(
+    "infobatch",
+    infobatch_arm,
+    default=True,
+    description="a reimplementation of InfoBatch's published rule (Qin et al., ICLR 2024)",
+)

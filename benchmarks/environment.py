@@ -18,8 +18,11 @@ def setup_backend(name: str) -> dict[str, Any]:
     its description, and on XLA the ``sync`` (cut the graph) and ``wait`` (for the device)
     calls the runner's clock and context use."""
     if name == "eager":
-        return {"name": "eager", "device": torch.device("cpu"),
-                "device_desc": f"cpu ({platform.processor() or platform.machine()})"}
+        return {
+            "name": "eager",
+            "device": torch.device("cpu"),
+            "device_desc": f"cpu ({platform.processor() or platform.machine()})",
+        }
     os.environ.setdefault("PJRT_DEVICE", "CPU")
     import torch_xla
     import torch_xla.core.xla_model as xm
@@ -43,8 +46,13 @@ def git_commit() -> str | None:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
         if head.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "benchmarks", "neuron_sift"], cwd=root,
-                               capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "benchmarks", "neuron_sift"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None

@@ -25,22 +25,28 @@ from typing import TYPE_CHECKING
 import torch
 from torch.utils.data import DataLoader
 
-from neuron_sift import EpochSiftConfig, EpochSiftingDataloader
-
 from arms import register
 from loops import train_weighted_epoch
+from neuron_sift import EpochSiftConfig, EpochSiftingDataloader
 
 if TYPE_CHECKING:
     from runner import ArmContext
 
 # The best setting of the sweep on the main job (README, "Epoch-level sifting").
-BEST = dict(policy="percentile", kept_share=0.5, beta_value=1.0, min_keep_probability=0.05,
-            warmup_epochs=1, anneal_fraction=0.125)
+BEST = dict(
+    policy="percentile",
+    kept_share=0.5,
+    beta_value=1.0,
+    min_keep_probability=0.05,
+    warmup_epochs=1,
+    anneal_fraction=0.125,
+)
 
 
 def train_epoch_sifted(ctx: "ArmContext", config: dict) -> dict:
-    source = DataLoader(ctx.dataset, batch_size=ctx.task.batch_size, shuffle=True,
-                        generator=torch.Generator().manual_seed(ctx.seed))
+    source = DataLoader(
+        ctx.dataset, batch_size=ctx.task.batch_size, shuffle=True, generator=torch.Generator().manual_seed(ctx.seed)
+    )
     loader = EpochSiftingDataloader(EpochSiftConfig(seed=ctx.seed, **config), source, num_epochs=ctx.epochs)
     budget = config.get("kept_share") is not None
     sched = ctx.step_schedule(loader.planned_steps()) if budget else ctx.epoch_schedule(ctx.epochs)
@@ -96,5 +102,9 @@ for share, anneal in [(0.4, 0.25), (0.5, 0.25)]:
 for warm, anneal in [(0, 0.125), (2, 0.125), (1, 0.0), (1, 0.25)]:
     _add(f"epoch-pct-w{warm}-a{anneal:g}", policy="percentile", warmup_epochs=warm, anneal_fraction=anneal)
 for epochs_high, q in [(2, 0.8), (2, 0.9), (3, 0.8)]:
-    _add(f"epoch-guard-g{epochs_high}-q{q:g}", policy="percentile", noise_guard_epochs=epochs_high,
-         noise_guard_quantile=q)
+    _add(
+        f"epoch-guard-g{epochs_high}-q{q:g}",
+        policy="percentile",
+        noise_guard_epochs=epochs_high,
+        noise_guard_quantile=q,
+    )

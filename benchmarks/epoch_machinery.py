@@ -45,9 +45,8 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tasks import CNN1D  # noqa: E402  (benchmarks/ is not a package)
-
 from neuron_sift import EpochSiftingDataloader  # noqa: E402
+from tasks import CNN1D  # noqa: E402  (benchmarks/ is not a package)
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "epoch_machinery.jsonl"
 CLOCK = time.process_time  # --clock: process CPU time (default; a shared machine) or wall-clock
@@ -102,9 +101,16 @@ def per_step(args) -> dict:
             plain.append(CLOCK() - t0)
     step = statistics.median(steps)
     extra = statistics.median(sifted) - statistics.median(plain)
-    out = {"measure": "per_step_isolated", "n": n, "batch_size": b, "step_ms": step * 1e3,
-           "weighted_loss_ms": statistics.median(sifted) * 1e3, "mean_ms": statistics.median(plain) * 1e3,
-           "extra_ms": extra * 1e3, "share_of_step": extra / step}
+    out = {
+        "measure": "per_step_isolated",
+        "n": n,
+        "batch_size": b,
+        "step_ms": step * 1e3,
+        "weighted_loss_ms": statistics.median(sifted) * 1e3,
+        "mean_ms": statistics.median(plain) * 1e3,
+        "extra_ms": extra * 1e3,
+        "share_of_step": extra / step,
+    }
     # end to end: a warm-up epoch through the loader vs the plain DataLoader, same batches
     epochs_s, epochs_p = [], []
     m = min(n, args.e2e_n)
@@ -131,10 +137,15 @@ def per_step(args) -> dict:
             k += 1
         epochs_p.append((CLOCK() - t0) / k)
     diffs = [s - p for s, p in zip(epochs_s, epochs_p, strict=True)]
-    e2e = {"measure": "per_step_end_to_end", "n": m, "batch_size": b,
-           "sifted_step_ms": statistics.median(epochs_s) * 1e3, "plain_step_ms": statistics.median(epochs_p) * 1e3,
-           "extra_ms": statistics.median(diffs) * 1e3,
-           "share_of_step": statistics.median(diffs) / statistics.median(epochs_p)}
+    e2e = {
+        "measure": "per_step_end_to_end",
+        "n": m,
+        "batch_size": b,
+        "sifted_step_ms": statistics.median(epochs_s) * 1e3,
+        "plain_step_ms": statistics.median(epochs_p) * 1e3,
+        "extra_ms": statistics.median(diffs) * 1e3,
+        "share_of_step": statistics.median(diffs) / statistics.median(epochs_p),
+    }
     return {"isolated": out, "end_to_end": e2e, "step_s": step}
 
 
@@ -148,11 +159,15 @@ def planning(args, step_s: float) -> list:
 
         device = torch_xla.device()
     rows = []
-    for name, cfg in [("percentile", {}), ("percentile, budget 0.4", {"kept_share": 0.4}),
-                      ("below_mean", {"policy": "below_mean"}),
-                      ("below_mean, budget 0.4", {"policy": "below_mean", "kept_share": 0.4})]:
-        loader = EpochSiftingDataloader({"seed": 0, **cfg}, DataLoader(Stub(n), batch_size=b), num_epochs=10,
-                                        device=device)
+    for name, cfg in [
+        ("percentile", {}),
+        ("percentile, budget 0.4", {"kept_share": 0.4}),
+        ("below_mean", {"policy": "below_mean"}),
+        ("below_mean, budget 0.4", {"policy": "below_mean", "kept_share": 0.4}),
+    ]:
+        loader = EpochSiftingDataloader(
+            {"seed": 0, **cfg}, DataLoader(Stub(n), batch_size=b), num_epochs=10, device=device
+        )
         loader.tables.load_scores(torch.from_numpy(scores))
         times = []
         plan = None
@@ -162,8 +177,18 @@ def planning(args, step_s: float) -> list:
             times.append(CLOCK() - t0)
         t = statistics.median(times)
         epoch_s = (n / b) * step_s
-        rows.append({"measure": "planning", "policy": name, "n": n, "backend": args.backend, "planning_s": t,
-                     "epoch_s_estimate": epoch_s, "share_of_epoch": t / epoch_s, "kept": plan.kept})
+        rows.append(
+            {
+                "measure": "planning",
+                "policy": name,
+                "n": n,
+                "backend": args.backend,
+                "planning_s": t,
+                "epoch_s_estimate": epoch_s,
+                "share_of_epoch": t / epoch_s,
+                "kept": plan.kept,
+            }
+        )
     return rows
 
 
@@ -178,8 +203,12 @@ def main(argv=None) -> int:
     p.add_argument("--planning-repeats", type=int, default=7)
     p.add_argument("--backend", choices=("eager", "xla"), default="eager")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
-                   help="process CPU time (default: robust on a shared machine; one thread) or wall-clock")
+    p.add_argument(
+        "--clock",
+        choices=("cpu", "wall"),
+        default="cpu",
+        help="process CPU time (default: robust on a shared machine; one thread) or wall-clock",
+    )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = p.parse_args(argv)
     global CLOCK
@@ -192,17 +221,27 @@ def main(argv=None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "a") as f:
         for r in rows:
-            f.write(json.dumps({"time": stamp, "torch": torch.__version__, "threads": args.threads, "clock": args.clock,
-                                **r}) + "\n")
+            f.write(
+                json.dumps(
+                    {"time": stamp, "torch": torch.__version__, "threads": args.threads, "clock": args.clock, **r}
+                )
+                + "\n"
+            )
     iso, e2e = step["isolated"], step["end_to_end"]
     print(f"training step of the default model (B={args.batch_size}): {iso['step_ms']:.3f} ms")
-    print(f"per step, isolated: weighted_loss+backward {iso['weighted_loss_ms']:.4f} ms vs mean+backward "
-          f"{iso['mean_ms']:.4f} ms: +{iso['extra_ms']:.4f} ms = {100 * iso['share_of_step']:.2f}% of a step")
-    print(f"per step, end to end: {e2e['sifted_step_ms']:.3f} vs {e2e['plain_step_ms']:.3f} ms per step: "
-          f"{e2e['extra_ms']:+.4f} ms = {100 * e2e['share_of_step']:+.2f}% of a step")
+    print(
+        f"per step, isolated: weighted_loss+backward {iso['weighted_loss_ms']:.4f} ms vs mean+backward "
+        f"{iso['mean_ms']:.4f} ms: +{iso['extra_ms']:.4f} ms = {100 * iso['share_of_step']:.2f}% of a step"
+    )
+    print(
+        f"per step, end to end: {e2e['sifted_step_ms']:.3f} vs {e2e['plain_step_ms']:.3f} ms per step: "
+        f"{e2e['extra_ms']:+.4f} ms = {100 * e2e['share_of_step']:+.2f}% of a step"
+    )
     for r in rows[2:]:
-        print(f"planning {r['n']:,} scores ({r['policy']}, {r['backend']}): {r['planning_s'] * 1e3:.1f} ms = "
-              f"{100 * r['share_of_epoch']:.2f}% of an epoch of that many samples ({r['epoch_s_estimate']:.1f} s)")
+        print(
+            f"planning {r['n']:,} scores ({r['policy']}, {r['backend']}): {r['planning_s'] * 1e3:.1f} ms = "
+            f"{100 * r['share_of_epoch']:.2f}% of an epoch of that many samples ({r['epoch_s_estimate']:.1f} s)"
+        )
     print(f"records: {args.out}")
     return 0
 

@@ -34,8 +34,13 @@ class CosineSchedule:
     is a share of the arm's own run, like the decay, so every arm warms up alike.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, total_steps: int | None = None,
-                 epochs: int | None = None, warmup: float = 0.0):
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        total_steps: int | None = None,
+        epochs: int | None = None,
+        warmup: float = 0.0,
+    ):
         if not 0.0 <= warmup < 1.0:
             raise ValueError(f"warmup must be in [0, 1), got {warmup}")
         self.optimizer = optimizer

@@ -41,9 +41,16 @@ ANNEAL = 0.125
 class InfoBatchSampler(Sampler):
     """Plans each epoch's kept samples from the recorded scores; iterates them in order."""
 
-    def __init__(self, n: int, epochs: int, order: Callable[[int], torch.Tensor], seed: int,
-                 prune_ratio: float = PRUNE_RATIO, anneal: float = ANNEAL,
-                 device: str | torch.device | None = None):
+    def __init__(
+        self,
+        n: int,
+        epochs: int,
+        order: Callable[[int], torch.Tensor],
+        seed: int,
+        prune_ratio: float = PRUNE_RATIO,
+        anneal: float = ANNEAL,
+        device: str | torch.device | None = None,
+    ):
         self.n = n
         self.epochs = epochs
         self.order = order

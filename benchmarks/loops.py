@@ -22,8 +22,9 @@ def optimizer_step(ctx: "ArmContext", loss: torch.Tensor, sched: CosineSchedule)
     sched.step()
 
 
-def train_plain(ctx: "ArmContext", loader: Iterable, epochs: int, sched: CosineSchedule,
-                seen_of: Callable[[], int] | None = None) -> int:
+def train_plain(
+    ctx: "ArmContext", loader: Iterable, epochs: int, sched: CosineSchedule, seen_of: Callable[[], int] | None = None
+) -> int:
     """The plain loop (mean cross-entropy) over ``loader`` for ``epochs`` passes; returns the
     samples trained. ``seen_of()`` gives the source samples passed over (default: trained)."""
     trained = 0
@@ -37,8 +38,14 @@ def train_plain(ctx: "ArmContext", loader: Iterable, epochs: int, sched: CosineS
     return trained
 
 
-def train_weighted_epoch(ctx: "ArmContext", batches: Iterable, sched: CosineSchedule, epoch: int, kept: int,
-                         weighted: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
+def train_weighted_epoch(
+    ctx: "ArmContext",
+    batches: Iterable,
+    sched: CosineSchedule,
+    epoch: int,
+    kept: int,
+    weighted: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+) -> None:
     """Epoch ``epoch`` over ``batches``, which hold the ``kept`` samples of the dataset the
     epoch's plan kept: per step the per-sample cross-entropy, turned into the loss by
     ``weighted(ids, per_sample)``, one optimizer step. The samples the plan skipped count

@@ -48,18 +48,24 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from environment import versions  # noqa: E402  (benchmarks/ is not a package)
-from tasks import CNN1D  # noqa: E402
+from neuron_sift.kernels.percentile import percentile_rank, percentile_rank_auto  # noqa: E402
 
 import neuron_sift.engine.step as step_module  # noqa: E402
+from environment import versions  # noqa: E402  (benchmarks/ is not a package)
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader  # noqa: E402
 from neuron_sift.engine.sifter import Sifter  # noqa: E402
-from neuron_sift.kernels.percentile import percentile_rank, percentile_rank_auto  # noqa: E402
 from neuron_sift.sift_config.sift_configs import RelativeProbabilisticSiftConfig  # noqa: E402
+from tasks import CNN1D  # noqa: E402
 
 
-def pairwise_rank(losses: torch.Tensor, history: torch.Tensor, fill: torch.Tensor,
-                  slots: torch.Tensor | None = None, *, method: str = "search") -> torch.Tensor:
+def pairwise_rank(
+    losses: torch.Tensor,
+    history: torch.Tensor,
+    fill: torch.Tensor,
+    slots: torch.Tensor | None = None,
+    *,
+    method: str = "search",
+) -> torch.Tensor:
     """The pairwise kernel in the place of ``percentile_rank_auto``: it sorts nothing, so the
     sort method the step passes does not apply to it."""
     return percentile_rank(losses, history, fill, slots)
@@ -144,8 +150,9 @@ class _Arm:
         self.device, self.wait, self.batches = device, wait, batches
         n = b * batches
         g = torch.Generator().manual_seed(0)
-        self.data = TensorDataset(torch.rand(n, 40, generator=g), torch.randint(0, 10, (n,), generator=g),
-                                  torch.arange(n))
+        self.data = TensorDataset(
+            torch.rand(n, 40, generator=g), torch.randint(0, 10, (n,), generator=g), torch.arange(n)
+        )
         self.b = b
         self.model = torch.nn.Linear(1, 1).to(device)  # only tells the loader the device
         config = RelativeProbabilisticSiftConfig(
@@ -156,8 +163,9 @@ class _Arm:
             seed=0,
         )
         self.user_loss = ColumnLoss()
-        self.loader = SiftingDataloader(sift_config=config, orig_dataloader=self.source(), loss_impl=self.user_loss,
-                                        model=self.model)
+        self.loader = SiftingDataloader(
+            sift_config=config, orig_dataloader=self.source(), loss_impl=self.user_loss, model=self.model
+        )
         self.loader.sifter = Sifter(config, self.loader.backend, self.loader.ranks, host_step=host_step)
         if not trace_once:
             self.loader.backend.trace_once = False
@@ -241,8 +249,12 @@ def parse_args(argv=None):
         help="comma-separated subset of pairwise,torch,retrace,host (default all; host runs on eager only, "
         "retrace on xla only)",
     )
-    p.add_argument("--mode", choices=("probabilistic", "fixed"), default="probabilistic",
-                   help="selection mode (default probabilistic)")
+    p.add_argument(
+        "--mode",
+        choices=("probabilistic", "fixed"),
+        default="probabilistic",
+        help="selection mode (default probabilistic)",
+    )
     p.add_argument("--batches", type=int, default=32, help="source batches per timed epoch (default 32)")
     p.add_argument("--repeats", type=int, default=9, help="timed repeats; medians are taken (default 9)")
     p.add_argument(
@@ -336,8 +348,13 @@ def main(argv=None) -> int:
                                 "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                 "versions": vers,
                                 "device": str(device),
-                                "config": {"mode": args.mode, "batches": args.batches, "repeats": args.repeats,
-                                           "interleave": args.interleave, "clock": args.clock},
+                                "config": {
+                                    "mode": args.mode,
+                                    "batches": args.batches,
+                                    "repeats": args.repeats,
+                                    "interleave": args.interleave,
+                                    "clock": args.clock,
+                                },
                                 "results": row,
                             }
                         )

@@ -49,8 +49,10 @@ class Repeat:
 
     def __init__(self, n: int, batch_size: int):
         g = torch.Generator().manual_seed(0)
-        self.batches = [(torch.randn(batch_size, 8, generator=g), torch.randint(0, 2, (batch_size,), generator=g))
-                        for _ in range(16)]
+        self.batches = [
+            (torch.randn(batch_size, 8, generator=g), torch.randint(0, 2, (batch_size,), generator=g))
+            for _ in range(16)
+        ]
         self.n = n
         self.batch_size = batch_size
 
@@ -134,13 +136,18 @@ def main() -> None:
     p.add_argument("--json", help="append one JSON line per mode to this file")
     args = p.parse_args()
     torch.set_num_threads(1)
-    print(f"{'mode':<14}{'backend':<8}{'batches':>9}{'secs':>8}{'RSS warm MB':>13}{'RSS end MB':>12}"
-          f"{'max growth MB':>15}{'KB/10k batches':>16}{'device growth B':>17}")
+    print(
+        f"{'mode':<14}{'backend':<8}{'batches':>9}{'secs':>8}{'RSS warm MB':>13}{'RSS end MB':>12}"
+        f"{'max growth MB':>15}{'KB/10k batches':>16}{'device growth B':>17}"
+    )
     for mode in args.modes.split(","):
         r = run(mode, args.backend, args.batches, args.every)
-        print(f"{r['mode']:<14}{r['backend']:<8}{r['source_batches']:>9}{r['seconds']:>8}{r['rss_after_warmup_mb']:>13}"
-              f"{r['rss_final_mb']:>12}{r['rss_max_growth_mb']:>15}{r['rss_growth_per_10k_batches_kb']:>16}"
-              f"{str(r['device_growth_bytes']):>17}", flush=True)
+        print(
+            f"{r['mode']:<14}{r['backend']:<8}{r['source_batches']:>9}{r['seconds']:>8}{r['rss_after_warmup_mb']:>13}"
+            f"{r['rss_final_mb']:>12}{r['rss_max_growth_mb']:>15}{r['rss_growth_per_10k_batches_kb']:>16}"
+            f"{str(r['device_growth_bytes']):>17}",
+            flush=True,
+        )
         if args.json:
             with open(args.json, "a") as f:
                 f.write(json.dumps(r) + "\n")

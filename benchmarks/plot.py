@@ -6,8 +6,13 @@ from pathlib import Path
 
 from report import is_frontier, time_key
 
-ARM_COLORS = {"full": "black", "uniform": "tab:brown", "sift-probabilistic": "tab:blue", "sift-fixed": "tab:orange",
-              "infobatch": "tab:green"}
+ARM_COLORS = {
+    "full": "black",
+    "uniform": "tab:brown",
+    "sift-probabilistic": "tab:blue",
+    "sift-fixed": "tab:orange",
+    "infobatch": "tab:green",
+}
 FRONTIER_COLORS = {"full@0.4": "#bbbbbb", "full@0.6": "#999999", "full@0.8": "#666666"}
 
 
@@ -35,13 +40,29 @@ def plot(records: list[dict], rows: list[dict], path: Path) -> None:
         for arm in arms:
             for i, r in enumerate(x for x in rs if x["arm"] == arm):
                 c = r["results"]["curve"]
-                ax.plot([p[key] for p in c], [100 * p["test_acc"] for p in c], color=colors[arm], alpha=0.75,
-                        lw=1.0, label=arm if i == 0 else None)
+                ax.plot(
+                    [p[key] for p in c],
+                    [100 * p["test_acc"] for p in c],
+                    color=colors[arm],
+                    alpha=0.75,
+                    lw=1.0,
+                    label=arm if i == 0 else None,
+                )
         for j, seed in enumerate(dict.fromkeys(r["seed"] for r in rs)):
-            pts = sorted((r["results"][key], 100 * r["results"]["final_test_acc"]) for r in rs
-                         if r["seed"] == seed and is_frontier(r["arm"]))
-            ax.plot(*zip(*pts, strict=True), color="red", ls="--", marker="o", ms=4, lw=1.4,
-                    label="frontier (per seed)" if j == 0 else None)
+            pts = sorted(
+                (r["results"][key], 100 * r["results"]["final_test_acc"])
+                for r in rs
+                if r["seed"] == seed and is_frontier(r["arm"])
+            )
+            ax.plot(
+                *zip(*pts, strict=True),
+                color="red",
+                ls="--",
+                marker="o",
+                ms=4,
+                lw=1.4,
+                label="frontier (per seed)" if j == 0 else None,
+            )
         targets = [100 * r["results"]["target_acc"] for r in rs]
         ax.axhline(statistics.median(targets), color="red", ls=":", lw=0.8, label="target (median)")
         finals = [100 * r["results"]["final_test_acc"] for r in rs]
@@ -54,28 +75,43 @@ def plot(records: list[dict], rows: list[dict], path: Path) -> None:
 
         srows = [r for r in rows if (r["task"], r["backend"]) == (task, backend)]
         xs = list(range(len(srows)))
-        for off, key, marker, label in ((-0.15, "speedup_vs_full", "o", "speedup vs full"),
-                                        (0.0, "speedup_vs_frontier", "s", "speedup vs frontier")):
+        for off, key, marker, label in (
+            (-0.15, "speedup_vs_full", "o", "speedup vs full"),
+            (0.0, "speedup_vs_frontier", "s", "speedup vs frontier"),
+        ):
             first = next((x for x, r in zip(xs, srows, strict=True) if r.get(key) is not None), None)
             for x, r in zip(xs, srows, strict=True):
                 if r.get(key) is None:
                     continue
-                bx.errorbar(x + off, r[key], yerr=[[r[key] - r[key + "_min"]], [r[key + "_max"] - r[key]]], fmt=marker,
-                            color="tab:blue" if key == "speedup_vs_full" else "tab:purple", capsize=3,
-                            label=label if x == first else None)
+                bx.errorbar(
+                    x + off,
+                    r[key],
+                    yerr=[[r[key] - r[key + "_min"]], [r[key + "_max"] - r[key]]],
+                    fmt=marker,
+                    color="tab:blue" if key == "speedup_vs_full" else "tab:purple",
+                    capsize=3,
+                    label=label if x == first else None,
+                )
         bx.axhline(1.0, color="gray", lw=0.8)
         bx.set_ylabel("speedup (time to target), seeds that reached it")
         gx = bx.twinx()
         for x, r in zip(xs, srows, strict=True):
-            gx.errorbar(x + 0.15, r["iso_time_gain"], yerr=[[r["iso_time_gain"] - r["iso_time_gain_min"]],
-                        [r["iso_time_gain_max"] - r["iso_time_gain"]]], fmt="D", color="tab:green", capsize=3,
-                        label="iso-time gain" if x == 0 else None)
+            gx.errorbar(
+                x + 0.15,
+                r["iso_time_gain"],
+                yerr=[[r["iso_time_gain"] - r["iso_time_gain_min"]], [r["iso_time_gain_max"] - r["iso_time_gain"]]],
+                fmt="D",
+                color="tab:green",
+                capsize=3,
+                label="iso-time gain" if x == 0 else None,
+            )
         gx.axhline(0.0, color="tab:green", lw=0.6, ls=":")
         gx.set_ylabel("iso-time gain, points (vs frontier at the arm's wall-clock)", color="tab:green")
         bx.set_xticks(xs)
         bx.set_xticklabels([f"{r['arm']}\n{r['reached']}/{r['seeds']}" for r in srows], fontsize=7)
-        bx.set_title(f"{task}: median, whiskers min-max over seeds; under each arm: seeds that reached the target",
-                     fontsize=9)
+        bx.set_title(
+            f"{task}: median, whiskers min-max over seeds; under each arm: seeds that reached the target", fontsize=9
+        )
         bx.grid(alpha=0.3)
         h1, l1 = bx.get_legend_handles_labels()
         h2, l2 = gx.get_legend_handles_labels()

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 
-def run_record(task: str, arm: str, seed: int, backend: dict[str, Any], vers: dict, config: dict,
-               results: dict) -> dict:
+def run_record(
+    task: str, arm: str, seed: int, backend: dict[str, Any], vers: dict, config: dict, results: dict
+) -> dict:
     """One line of ``runs.jsonl``: the run's task, arm, seed, backend, device, time, versions,
     config and results (with its curve and paired numbers)."""
     return {

@@ -176,9 +176,15 @@ def summarize(records: list[dict], clock: str | None = None) -> list[dict]:
         res = [r["results"] for r in rs]
         p = [x["paired"] for x in res]
         commits = sorted({str(r["versions"].get("commit")) for r in rs})
-        row = {"task": task, "arm": arm, "backend": backend, "clock": res[0].get("clock", "wall"), "seeds": len(rs),
-               "reached": sum(x["time_to_target_s"] is not None for x in res),
-               "commit": commits[0] if len(commits) == 1 else ",".join(commits)}
+        row = {
+            "task": task,
+            "arm": arm,
+            "backend": backend,
+            "clock": res[0].get("clock", "wall"),
+            "seeds": len(rs),
+            "reached": sum(x["time_to_target_s"] is not None for x in res),
+            "commit": commits[0] if len(commits) == 1 else ",".join(commits),
+        }
         _metric(row, "speedup_vs_full", [x["speedup_vs_full"] for x in p], 3)
         _metric(row, "speedup_vs_frontier", [x["speedup_vs_frontier"] for x in p], 3)
         _metric(row, "iso_time_gain", [x["iso_time_gain"] for x in p], 3)
@@ -254,13 +260,17 @@ def format_tables(rows: list[dict], markdown: bool = False, columns=None) -> str
         rs = [r for r in rows if (r["task"], r["backend"]) == (task, backend)]
         cpu = rs[0].get("clock") == "cpu"
         own, other = ("total_cpu_s", "total_wall_s") if cpu else ("total_wall_s", "total_cpu_s")
-        alias = {"total_time": (own, f"total {'cpu' if cpu else 'wall'} s"),
-                 "total_other": (other, f"total {'wall' if cpu else 'cpu'} s")}
+        alias = {
+            "total_time": (own, f"total {'cpu' if cpu else 'wall'} s"),
+            "total_other": (other, f"total {'wall' if cpu else 'cpu'} s"),
+        }
         columns_here = [(alias[k][0], alias[k][1], sp) if k in alias else (k, h, sp) for k, h, sp in columns]
         cols = [("arm", "arm", None)] + [c for c in columns_here if c[0] == "reached" or c[0] in rs[0]]
         full = next((r for r in rs if r["arm"] == "full"), rs[0])
-        title = (f"{task} ({backend}), {full['seeds']} seed(s), times on the {full['clock']} clock, "
-                 f"target = full's final accuracy - drop: {fmt(full, 'target_acc', '.2f')} %")
+        title = (
+            f"{task} ({backend}), {full['seeds']} seed(s), times on the {full['clock']} clock, "
+            f"target = full's final accuracy - drop: {fmt(full, 'target_acc', '.2f')} %"
+        )
         cells = [[r["arm"] if k == "arm" else _cell(r, k, s) for k, _, s in cols] for r in rs]
         if markdown:
             out.append(f"**{title}**\n")

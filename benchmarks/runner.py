@@ -99,8 +99,15 @@ class ArmContext:
         if self.counters:
             self.counters.add_since()
         acc = evaluate(self.model, self.data.x_test, self.data.y_test, self.device)
-        self.curve.append({"wall_s": round(self.clock.total, 4), "cpu_s": round(self.clock.cpu_total, 4),
-                           "source_samples": self.seen, "steps": self.steps, "test_acc": acc})
+        self.curve.append(
+            {
+                "wall_s": round(self.clock.total, 4),
+                "cpu_s": round(self.clock.cpu_total, 4),
+                "source_samples": self.seen,
+                "steps": self.steps,
+                "test_acc": acc,
+            }
+        )
         if self.counters:
             self.counters.mark()
         if running and resume:
@@ -135,8 +142,9 @@ class ArmContext:
         self._epoch_trained = self._epoch_mislabeled = 0
 
 
-def arm_context(name: str, task: TaskConfig, data: Data, seed: int, init_state: dict, opts: Any,
-                backend: dict[str, Any]) -> ArmContext:
+def arm_context(
+    name: str, task: TaskConfig, data: Data, seed: int, init_state: dict, opts: Any, backend: dict[str, Any]
+) -> ArmContext:
     """The seed's model (its initial weights), optimizer, data in the seed's order and a clock
     at 0, for arm ``name``."""
     device = backend["device"]
@@ -155,10 +163,24 @@ def arm_context(name: str, task: TaskConfig, data: Data, seed: int, init_state: 
         from tqdm import tqdm
 
         progress = tqdm(total=None, desc=f"{task.name} seed {seed} {name}", leave=False, dynamic_ncols=True)
-    ctx = ArmContext(task=task, data=data, seed=seed, device=device, epochs=task.epochs, beta=opts.beta, model=model,
-                     optimizer=optimizer, dataset=dataset, source=source, order=order.order,
-                     clock=Clock(backend.get("wait")), evals_per_epoch=opts.evals_per_epoch, sync=backend.get("sync"),
-                     counters=XlaCounters() if backend["name"] == "xla" else None, progress=progress)
+    ctx = ArmContext(
+        task=task,
+        data=data,
+        seed=seed,
+        device=device,
+        epochs=task.epochs,
+        beta=opts.beta,
+        model=model,
+        optimizer=optimizer,
+        dataset=dataset,
+        source=source,
+        order=order.order,
+        clock=Clock(backend.get("wait")),
+        evals_per_epoch=opts.evals_per_epoch,
+        sync=backend.get("sync"),
+        counters=XlaCounters() if backend["name"] == "xla" else None,
+        progress=progress,
+    )
     ctx._next_eval = n / opts.evals_per_epoch
     return ctx
 
@@ -200,8 +222,9 @@ def arm_results(ctx: ArmContext, extra: dict) -> dict:
     return result
 
 
-def run_arm(name: str, task: TaskConfig, data: Data, seed: int, init_state: dict, opts: Any,
-            backend: dict[str, Any]) -> dict:
+def run_arm(
+    name: str, task: TaskConfig, data: Data, seed: int, init_state: dict, opts: Any, backend: dict[str, Any]
+) -> dict:
     """One arm, one seed: the arm's training, timed, and its results (without the pairing)."""
     ctx = arm_context(name, task, data, seed, init_state, opts, backend)
     ctx.evaluate()  # the starting point, at 0 s
@@ -230,8 +253,16 @@ def warm_up(task: TaskConfig, data: Data, device: torch.device, steps: int = 20)
     evaluate(model, data.x_test, data.y_test, device)
 
 
-def run_task(task: TaskConfig, data: Data, arms: list[str], opts: Any, backend: dict[str, Any], vers: dict,
-             config: dict, json_path: Path) -> list[dict]:
+def run_task(
+    task: TaskConfig,
+    data: Data,
+    arms: list[str],
+    opts: Any,
+    backend: dict[str, Any],
+    vers: dict,
+    config: dict,
+    json_path: Path,
+) -> list[dict]:
     """Every seed, every arm (in a seeded random order), paired by seed; appends runs.jsonl."""
     records = []
     warm_up(task, data, backend["device"])
@@ -244,9 +275,11 @@ def run_task(task: TaskConfig, data: Data, arms: list[str], opts: Any, backend: 
         for arm in run_order:
             r = run_arm(arm, task, data, seed, init_state, opts, backend)
             results[arm] = r
-            print(f"  seed {seed} {arm:<18} acc {r['final_test_acc']:.2%}  wall {r['wall_s']:.1f} s  "
-                  f"cpu {r['cpu_s']:.1f} s  steps {r['steps']}/{r['planned_steps']}  kept {r['kept_share']:.3f}",
-                  flush=True)
+            print(
+                f"  seed {seed} {arm:<18} acc {r['final_test_acc']:.2%}  wall {r['wall_s']:.1f} s  "
+                f"cpu {r['cpu_s']:.1f} s  steps {r['steps']}/{r['planned_steps']}  kept {r['kept_share']:.3f}",
+                flush=True,
+            )
         annotate_seed(results, opts.target_drop, opts.clock)  # target, time to target, the paired numbers
         for arm in arms:
             line = run_record(task.name, arm, seed, backend, vers, config, results[arm])

@@ -23,9 +23,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tasks import CNN1D  # noqa: E402  (benchmarks/ is not a package)
-
 from neuron_sift.dataloader.scoring import TracedLoss, scoring_mode  # noqa: E402
+from tasks import CNN1D  # noqa: E402  (benchmarks/ is not a package)
 
 
 class CE:
@@ -44,8 +43,14 @@ def model_and_batch(name, device):
         return CNN1D().to(device), (torch.randn(256, 40).to(device), torch.randint(0, 10, (256,)).to(device))
     from transformers import BertConfig, BertForSequenceClassification
 
-    cfg = BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=256, max_position_embeddings=64)
+    cfg = BertConfig(
+        vocab_size=1000,
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=256,
+        max_position_embeddings=64,
+    )
     model = BertForSequenceClassification(cfg).to(device)
     return model, (torch.randint(0, 1000, (32, 64)).to(device), torch.randint(0, 2, (32,)).to(device))
 

@@ -66,35 +66,72 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "arm's speedup to the target accuracy against full and against the frontier, its iso-time accuracy gain "
         "over the frontier and its final accuracy against full. Writes runs.jsonl, summary.jsonl and a PNG.",
     )
-    p.add_argument("--task", default="mnist1d",
-                   help=f"one of {', '.join(TASK_ORDER)}, a comma-separated list, or 'all' (default mnist1d)")
-    p.add_argument("--seeds", default="0,1,2",
-                   help="comma-separated run seeds: weights, data order, draws (default 0,1,2)")
-    p.add_argument("--arms", default=",".join(defaults),
-                   help=f"comma-separated arms; registered: {', '.join(ARMS)}; also full@X for X in (0, 1]; "
-                   f"'full' is needed for the target (default: {','.join(defaults)})"
-                   + (f"; plugins loaded: {', '.join(plugins)}" if plugins else ""))
-    p.add_argument("--epochs", type=int, help="the task's epochs, full's (default per task: "
-                   + ", ".join(f"{k} {v.epochs}" for k, v in TASKS.items()) + ")")
-    p.add_argument("--beta", type=float, default=1.0,
-                   help="beta_value of the uniform and sifting arms; kept share 1 / (1 + beta) (default 1.0)")
+    p.add_argument(
+        "--task",
+        default="mnist1d",
+        help=f"one of {', '.join(TASK_ORDER)}, a comma-separated list, or 'all' (default mnist1d)",
+    )
+    p.add_argument(
+        "--seeds", default="0,1,2", help="comma-separated run seeds: weights, data order, draws (default 0,1,2)"
+    )
+    p.add_argument(
+        "--arms",
+        default=",".join(defaults),
+        help=f"comma-separated arms; registered: {', '.join(ARMS)}; also full@X for X in (0, 1]; "
+        f"'full' is needed for the target (default: {','.join(defaults)})"
+        + (f"; plugins loaded: {', '.join(plugins)}" if plugins else ""),
+    )
+    p.add_argument(
+        "--epochs",
+        type=int,
+        help="the task's epochs, full's (default per task: "
+        + ", ".join(f"{k} {v.epochs}" for k, v in TASKS.items())
+        + ")",
+    )
+    p.add_argument(
+        "--beta",
+        type=float,
+        default=1.0,
+        help="beta_value of the uniform and sifting arms; kept share 1 / (1 + beta) (default 1.0)",
+    )
     p.add_argument("--history", type=int, help="loss_history_length (default per task)")
-    p.add_argument("--sift-delay", type=int,
-                   help="source batches passed through before sifting starts (default per task)")
+    p.add_argument(
+        "--sift-delay", type=int, help="source batches passed through before sifting starts (default per task)"
+    )
     p.add_argument("--batch-size", type=int, help="source and training batch size (default per task)")
     p.add_argument("--n-train", type=int, help="training samples (default per task; MNIST-1D: 40000)")
-    p.add_argument("--target-drop", type=float, default=0.5,
-                   help="target = full arm's final test accuracy minus this many points (default 0.5)")
-    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                   help="the time the speedups and the iso-time gain use: wall-clock (default) or the process's CPU "
-                   "time over the same intervals (a one-thread eager run's wall-clock on an idle machine; for a "
-                   "shared machine); both are recorded")
-    p.add_argument("--evals-per-epoch", type=int, default=4,
-                   help="test evaluations per epoch of source data, clock paused (default 4)")
-    p.add_argument("--backend", choices=("eager", "xla"), default="eager",
-                   help="eager CPU (default) or torch-xla (PJRT_DEVICE, CPU unless set)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch intra-op threads (default 1: stable timings on a shared 2-core CPU; 0: torch's default)")
+    p.add_argument(
+        "--target-drop",
+        type=float,
+        default=0.5,
+        help="target = full arm's final test accuracy minus this many points (default 0.5)",
+    )
+    p.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="the time the speedups and the iso-time gain use: wall-clock (default) or the process's CPU "
+        "time over the same intervals (a one-thread eager run's wall-clock on an idle machine; for a "
+        "shared machine); both are recorded",
+    )
+    p.add_argument(
+        "--evals-per-epoch",
+        type=int,
+        default=4,
+        help="test evaluations per epoch of source data, clock paused (default 4)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("eager", "xla"),
+        default="eager",
+        help="eager CPU (default) or torch-xla (PJRT_DEVICE, CPU unless set)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (default 1: stable timings on a shared 2-core CPU; 0: torch's default)",
+    )
     p.add_argument("--tiny", action="store_true", help="seconds-long sizes (for tests)")
     p.add_argument("--out", type=Path, default=DEFAULT_RESULTS, help=f"output folder (default {DEFAULT_RESULTS})")
     p.add_argument("--json", type=Path, help="JSON lines file to append the runs to (default OUT/runs.jsonl)")
@@ -102,8 +139,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--plot", type=Path, help="PNG path (default OUT/accuracy_vs_time.png)")
     p.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
-    p.add_argument("--summarize", type=Path, metavar="JSONL",
-                   help="only the tables, summary and plot from an existing runs file")
+    p.add_argument(
+        "--summarize", type=Path, metavar="JSONL", help="only the tables, summary and plot from an existing runs file"
+    )
     args = p.parse_args(argv)
     tasks = list(TASK_ORDER) if args.task == "all" else [t.strip() for t in args.task.split(",") if t.strip()]
     bad = [t for t in tasks if t not in TASKS]
@@ -145,8 +183,13 @@ def task_config(name: str, args: argparse.Namespace) -> TaskConfig:
     task = TASKS[name]
     if args.tiny:
         task = replace(task, **TINY[name])
-    overrides = {"epochs": args.epochs, "history": args.history, "sift_delay": args.sift_delay,
-                 "batch_size": args.batch_size, "n_train": args.n_train}
+    overrides = {
+        "epochs": args.epochs,
+        "history": args.history,
+        "sift_delay": args.sift_delay,
+        "batch_size": args.batch_size,
+        "n_train": args.n_train,
+    }
     return replace(task, **{k: v for k, v in overrides.items() if v is not None})
 
 

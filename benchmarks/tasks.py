@@ -60,7 +60,14 @@ class TaskConfig:
 TASKS: dict[str, TaskConfig] = {
     "mnist1d": TaskConfig("mnist1d", 40_000, 10_000, epochs=10, batch_size=128, lr=3e-3, history=4096, sift_delay=100),
     "mnist1d-noisy": TaskConfig(
-        "mnist1d-noisy", 40_000, 10_000, epochs=10, batch_size=128, lr=3e-3, history=4096, sift_delay=100,
+        "mnist1d-noisy",
+        40_000,
+        10_000,
+        epochs=10,
+        batch_size=128,
+        lr=3e-3,
+        history=4096,
+        sift_delay=100,
         label_noise=0.2,
     ),
     "mnist1d-redundant": TaskConfig(
@@ -154,8 +161,9 @@ def make_redundant(data: Data, seed: int = DATA_SEED) -> Data:
     x = data.x_train[ids].clone()
     x[n_distinct:] += REDUNDANT_JITTER * torch.randn(x[n_distinct:].shape, generator=g)
     order = torch.randperm(n, generator=g)  # duplicates spread through the data
-    return Data(x[order], data.y_train[ids][order], data.x_test, data.y_test, torch.zeros(n, dtype=torch.bool),
-                data.n_classes)
+    return Data(
+        x[order], data.y_train[ids][order], data.x_test, data.y_test, torch.zeros(n, dtype=torch.bool), data.n_classes
+    )
 
 
 def digits_data(n_train: int, n_test: int) -> Data:
@@ -168,8 +176,14 @@ def digits_data(n_train: int, n_test: int) -> Data:
     x, y = x[perm], y[perm]
     n_train = min(n_train, len(y) - 1)
     n_test = min(n_test, len(y) - n_train)
-    return Data(x[:n_train], y[:n_train], x[n_train : n_train + n_test], y[n_train : n_train + n_test],
-                torch.zeros(n_train, dtype=torch.bool), 10)
+    return Data(
+        x[:n_train],
+        y[:n_train],
+        x[n_train : n_train + n_test],
+        y[n_train : n_train + n_test],
+        torch.zeros(n_train, dtype=torch.bool),
+        10,
+    )
 
 
 BERT_VOCAB = 2048
@@ -304,5 +318,5 @@ def model_description(task: TaskConfig) -> str:
         "mnist1d": "CNN1D conv(1-32,k5) conv(32-32,k3,s2) conv(32-32,k3,s2) linear(320-10)",
         "digits": "MLP 64-128-10",
         "bert": f"BertForSequenceClassification(hidden 64, 2 layers, 2 heads, ffn 128, no dropout, "
-                f"vocab {BERT_VOCAB}, len {BERT_LEN})",
+        f"vocab {BERT_VOCAB}, len {BERT_LEN})",
     }["mnist1d" if task.name.startswith("mnist1d") else task.name]

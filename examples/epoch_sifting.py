@@ -32,24 +32,29 @@ def main(argv=None) -> float:
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
 
     train_loader = DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True)
-    train_loader = EpochSiftingDataloader(                                           # neuron_sift (1/3)
-        EpochSiftConfig(kept_share=args.kept_share), train_loader, num_epochs=args.epochs)
+    train_loader = EpochSiftingDataloader(  # neuron_sift (1/3)
+        EpochSiftConfig(kept_share=args.kept_share), train_loader, num_epochs=args.epochs
+    )
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=train_loader.planned_steps())
 
     for epoch in range(args.epochs):
         for xb, yb in train_loader:
-            per_sample = F.cross_entropy(model(xb), yb, reduction="none")             # neuron_sift (2/3)
-            loss = train_loader.weighted_loss(per_sample)                            # neuron_sift (3/3)
+            per_sample = F.cross_entropy(model(xb), yb, reduction="none")  # neuron_sift (2/3)
+            loss = train_loader.weighted_loss(per_sample)  # neuron_sift (3/3)
             opt.zero_grad()
             loss.backward()
             opt.step()
             sched.step()
         m = train_loader.metrics()
-        print(f"epoch {epoch}: {m['epoch_kind']:7s} kept share {m['kept_share']:.2f}, mean weight "
-              f"{m['mean_weight']:.2f}, loss {loss.item():.3f}")
+        print(
+            f"epoch {epoch}: {m['epoch_kind']:7s} kept share {m['kept_share']:.2f}, mean weight "
+            f"{m['mean_weight']:.2f}, loss {loss.item():.3f}"
+        )
     acc = (model(x).argmax(1) == y).float().mean().item()
-    print(f"training accuracy {acc:.3f}; {train_loader.metrics()['batches_recorded']} steps "
-          f"(planned {sum(h['batches'] for h in train_loader.history)})")
+    print(
+        f"training accuracy {acc:.3f}; {train_loader.metrics()['batches_recorded']} steps "
+        f"(planned {sum(h['batches'] for h in train_loader.history)})"
+    )
     return acc
 
 

@@ -1,9 +1,6 @@
 """Percentile of each new loss within the loss history."""
 
-from typing import Optional, Tuple
-
 import torch
-
 
 METHODS = ("search", "merge")
 
@@ -15,7 +12,7 @@ def check_method(method: str) -> str:
     return method
 
 
-def _slots_in_use(history: torch.Tensor, fill: torch.Tensor, slots: Optional[torch.Tensor]) -> torch.Tensor:
+def _slots_in_use(history: torch.Tensor, fill: torch.Tensor, slots: torch.Tensor | None) -> torch.Tensor:
     """``arange(H) < fill``. Pass ``slots = arange(H)`` made once: torch-xla builds an
     ``arange`` on the host each time it is traced."""
     if slots is None:
@@ -24,7 +21,7 @@ def _slots_in_use(history: torch.Tensor, fill: torch.Tensor, slots: Optional[tor
 
 
 def percentile_rank(
-    losses: torch.Tensor, history: torch.Tensor, fill: torch.Tensor, slots: Optional[torch.Tensor] = None
+    losses: torch.Tensor, history: torch.Tensor, fill: torch.Tensor, slots: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Mid-rank percentile of ``losses[i]`` among the first ``fill`` entries of ``history``.
 
@@ -53,7 +50,6 @@ def percentile_rank(
     return torch.where(fill > 0, pct, torch.ones_like(pct))
 
 
-
 # Longest sort the merge formulation builds. Neuron's compiler limits TopK to k <= 16384
 # (NCC_EVRF014) and may rewrite a sort followed by a slice into a TopK over the whole
 # dimension (aws-neuron-sdk issue 1339), so no sorted dimension is longer than this.
@@ -78,7 +74,7 @@ def _history_counts_before(first: torch.Tensor, second: torch.Tensor, history_fi
     return counts[:, n_first:] if history_first else counts[:, :n_first]
 
 
-def _merge_counts(history: torch.Tensor, losses: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def _merge_counts(history: torch.Tensor, losses: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(#{h < l}, #{h <= l})`` per loss by stable sorts, none longer than ``MAX_SORT_LENGTH``.
 
     The history is cut into equal chunks (the last padded with ``+inf``) of at most
@@ -107,7 +103,7 @@ def percentile_rank_sorted(
     losses: torch.Tensor,
     history: torch.Tensor,
     fill: torch.Tensor,
-    slots: Optional[torch.Tensor] = None,
+    slots: torch.Tensor | None = None,
     *,
     method: str = "search",
 ) -> torch.Tensor:
@@ -170,7 +166,7 @@ def percentile_rank_auto(
     losses: torch.Tensor,
     history: torch.Tensor,
     fill: torch.Tensor,
-    slots: Optional[torch.Tensor] = None,
+    slots: torch.Tensor | None = None,
     *,
     method: str = "search",
 ) -> torch.Tensor:

@@ -11,8 +11,6 @@ integers are int64, or demoted to int32 by a compiler (as Neuron does), where pr
 wrap: the low 31 bits of a product do not depend on the width.
 """
 
-from typing import Tuple
-
 import torch
 
 _MASK31 = 0x7FFFFFFF
@@ -37,7 +35,7 @@ def seed_key(seed: torch.Tensor) -> torch.Tensor:
     return _mix31(seed.to(torch.int64) + _GOLDEN)
 
 
-def row_keys(n: int, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+def row_keys(n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """``(rows, row hash)`` for ``n`` rows: the part of the hash that depends on the row alone."""
     rows = torch.arange(n, device=device, dtype=torch.int64)
     return rows, _mix31(rows + _GOLDEN)

@@ -1,7 +1,5 @@
 """Loss-history ring buffer update with static shapes."""
 
-from typing import Tuple
-
 import torch
 
 
@@ -11,7 +9,7 @@ def ring_buffer_update(
     fill: torch.Tensor,
     values: torch.Tensor,
     write: torch.Tensor,
-) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Append ``values[write]`` (in order) to the ring buffer ``history``.
 
     ``history`` is ``[H]``, ``pos`` the next slot to write, ``fill`` how many slots are

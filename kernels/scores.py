@@ -7,19 +7,19 @@ Pure functions: tensors in, tensors out, shapes fixed by the input shapes, no ho
 they run eagerly on CPU/CUDA and trace into fixed XLA graphs.
 """
 
-from typing import Optional, Tuple
-
 import torch
 
 from .percentile import check_method, percentile_rank_sorted
 
 
-def new_score_table(n: int, device: Optional[torch.device] = None) -> torch.Tensor:
+def new_score_table(n: int, device: torch.device | None = None) -> torch.Tensor:
     """``[n + 1]`` float32 NaN: no sample scored yet; slot ``n`` is the trash slot."""
     return torch.full((n + 1,), float("nan"), dtype=torch.float32, device=device)
 
 
-def score_writes(ids: torch.Tensor, losses: torch.Tensor, trash: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def score_writes(
+    ids: torch.Tensor, losses: torch.Tensor, trash: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The scatter that records ``losses`` at ``ids``: ``(slots, values, n_nonfinite)``.
 
     A non-finite loss is redirected to slot ``trash`` (value 0), so it never reaches a
@@ -35,7 +35,7 @@ def score_writes(ids: torch.Tensor, losses: torch.Tensor, trash: int) -> Tuple[t
     return slots, values, (~finite).sum()
 
 
-def record_scores(table: torch.Tensor, ids: torch.Tensor, losses: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def record_scores(table: torch.Tensor, ids: torch.Tensor, losses: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The table with ``losses`` written at ``ids`` (non-finite ones to the trash slot), and
     the number of non-finite losses. ``table``: ``[N + 1]`` float32 (see ``score_writes``)."""
     slots, values, nonfinite = score_writes(ids, losses, table.shape[0] - 1)

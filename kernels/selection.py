@@ -1,7 +1,5 @@
 """Keep probabilities and the two draws: independent (probabilistic) and exactly-k (fixed)."""
 
-from typing import Optional, Tuple
-
 import torch
 
 # Percentiles are floored here before taking logs, so log-weights stay finite and a
@@ -35,9 +33,9 @@ def gumbel_topk_indices(
     force: torch.Tensor,
     k: int,
     n_take: torch.Tensor,
-    picks: Optional[torch.Tensor] = None,
-    rows: Optional[torch.Tensor] = None,
-) -> Tuple[torch.Tensor, torch.Tensor]:
+    picks: torch.Tensor | None = None,
+    rows: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw ``k`` rows without replacement with probabilities proportional to ``exp(log_p)``.
 
     Gumbel-top-k: the ``k`` largest ``log_p + Gumbel`` scores are a weighted sample
@@ -78,7 +76,7 @@ def gumbel_topk_indices(
     return indices, picks < n_taken
 
 
-def compact_indices(keep: torch.Tensor, rows: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+def compact_indices(keep: torch.Tensor, rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Kept row indices first (in source order), then the others (in source order); plus the kept count.
 
     The static-shape replacement for ``keep.nonzero()``: ``indices[:count]`` are the kept

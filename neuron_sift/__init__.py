@@ -5,6 +5,7 @@ and the same script runs. The public API is re-exported here; the smart_sifting 
 paths (``neuron_sift.sift_config.sift_configs`` etc.) hold the same objects.
 """
 
+from neuron_sift._version import __version__
 from neuron_sift.backends.traced_loss import TracedLoss
 from neuron_sift.data_model.data_model_interface import SiftingBatch, SiftingBatchTransform
 from neuron_sift.data_model.default_batch import DefaultBatchTransform
@@ -19,13 +20,12 @@ from neuron_sift.exceptions import (
     UnsupportedDataFormatException,
 )
 from neuron_sift.loss.abstract_sift_loss_module import Loss
+from neuron_sift.sift_config.epoch_config import EpochSiftConfig
 from neuron_sift.sift_config.sift_configs import (
     LossConfig,
     RelativeProbabilisticSiftConfig,
     SiftingBaseConfig,
 )
-from neuron_sift.sift_config.epoch_config import EpochSiftConfig
-from neuron_sift._version import __version__
 
 __all__ = [
     "DefaultBatchTransform",

@@ -8,8 +8,6 @@ number of source batches per epoch (``DistributedSampler`` guarantees this, padd
 dropping so every rank gets the same number of samples).
 """
 
-from typing import Optional
-
 import torch
 import torch.distributed as dist
 
@@ -17,7 +15,7 @@ import torch.distributed as dist
 class RankGroup:
     """The process group sifting coordinates over, or a no-op for a single process."""
 
-    def __init__(self, enabled: Optional[bool], device: torch.device):
+    def __init__(self, enabled: bool | None, device: torch.device):
         active = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
         if enabled and not active:
             raise RuntimeError("distributed=True but torch.distributed is not initialised with more than one rank")

@@ -23,13 +23,15 @@ def pytest_configure(config):
         torch_xla.device()  # initialising the runtime registers the device with autograd
     except ImportError as exc:
         if os.environ.get("NEURON_SIFT_REQUIRE_XLA") == "1":
-            raise pytest.UsageError(f"NEURON_SIFT_REQUIRE_XLA=1 but torch_xla cannot be imported: {exc}")
+            raise pytest.UsageError(f"NEURON_SIFT_REQUIRE_XLA=1 but torch_xla cannot be imported: {exc}") from exc
     # The CPU step's C kernels are an optional build (the torch step replaces them); CI requires them.
     if os.environ.get("NEURON_SIFT_REQUIRE_HOST_KERNELS") == "1":
         try:
             from neuron_sift.kernels import _host  # noqa: F401
         except ImportError as exc:
-            raise pytest.UsageError(f"NEURON_SIFT_REQUIRE_HOST_KERNELS=1 but the C kernels were not built: {exc}")
+            raise pytest.UsageError(
+                f"NEURON_SIFT_REQUIRE_HOST_KERNELS=1 but the C kernels were not built: {exc}"
+            ) from exc
 
 
 def _has_torch_xla() -> bool:

@@ -7,7 +7,7 @@ runs them.
 """
 
 import types
-from typing import Any, Dict
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
@@ -27,7 +27,7 @@ class _SeedStyleModel(torch.nn.Module):
         return types.SimpleNamespace(logits=self.embed(input_ids, per_sample_weights=None))
 
 
-def seed_stand_ins() -> Dict[str, Any]:
+def seed_stand_ins() -> dict[str, Any]:
     """``train_dataset``, ``batch_size`` and ``model`` for the migration example."""
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, 100, (96, 8), generator=g)
@@ -39,7 +39,7 @@ def seed_stand_ins() -> Dict[str, Any]:
     }
 
 
-def checkpoint_stand_ins() -> Dict[str, Any]:
+def checkpoint_stand_ins() -> dict[str, Any]:
     """``model``, ``sampler``, ``train_dataloader`` (a sifting loader), ``start_epoch`` and
     ``epochs`` for the checkpoint example."""
     from neuron_sift import Loss, RelativeProbabilisticSiftConfig, SiftingDataloader
@@ -54,22 +54,39 @@ def checkpoint_stand_ins() -> Dict[str, Any]:
     model = torch.nn.Linear(10, 3)
     sampler = DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=True, seed=0)
     train_dataloader = SiftingDataloader(
-        sift_config=RelativeProbabilisticSiftConfig(beta_value=1, loss_history_length=64, selection_mode="fixed",
-                                                    loss_based_sift_config={"sift_config": {"sift_delay": 0}}),
+        sift_config=RelativeProbabilisticSiftConfig(
+            beta_value=1,
+            loss_history_length=64,
+            selection_mode="fixed",
+            loss_based_sift_config={"sift_config": {"sift_delay": 0}},
+        ),
         orig_dataloader=DataLoader(dataset, batch_size=16, sampler=sampler),
         loss_impl=SiftLoss(),
         model=model,
     )
-    return {"torch": torch, "model": model, "sampler": sampler, "train_dataloader": train_dataloader,
-            "start_epoch": 0, "epochs": 2}
+    return {
+        "torch": torch,
+        "model": model,
+        "sampler": sampler,
+        "train_dataloader": train_dataloader,
+        "start_epoch": 0,
+        "epochs": 2,
+    }
 
 
-def epoch_stand_ins() -> Dict[str, Any]:
+def epoch_stand_ins() -> dict[str, Any]:
     """``DataLoader``, ``F``, ``train_ds``, ``B``, ``E``, ``model`` and ``opt`` for the
     three-line migration of a plain loop to epoch-level sifting."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(256, 20, generator=g)
     y = (x[:, :5].sum(1) > 0).long()
     model = torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
-    return {"DataLoader": DataLoader, "F": torch.nn.functional, "train_ds": TensorDataset(x, y), "B": 32, "E": 3,
-            "model": model, "opt": torch.optim.Adam(model.parameters(), lr=3e-3)}
+    return {
+        "DataLoader": DataLoader,
+        "F": torch.nn.functional,
+        "train_ds": TensorDataset(x, y),
+        "B": 32,
+        "E": 3,
+        "model": model,
+        "opt": torch.optim.Adam(model.parameters(), lr=3e-3),
+    }

@@ -19,7 +19,6 @@ import io
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
 
 import pytest
 import torch
@@ -37,14 +36,14 @@ class Block:
     line: int  # 1-based line of the opening fence
     code: str
     section: str  # the nearest heading above the block
-    kind: Optional[str]  # None, "setup", "run by", "not run"
+    kind: str | None  # None, "setup", "run by", "not run"
     arg: str
 
     def where(self) -> str:
         return f"{self.page.relative_to(ROOT)}:{self.line}"
 
 
-def parse(page: Path) -> List[Block]:
+def parse(page: Path) -> list[Block]:
     lines = page.read_text(encoding="utf-8").split("\n")
     blocks, section, i = [], "", 0
     while i < len(lines):
@@ -67,13 +66,21 @@ def parse(page: Path) -> List[Block]:
             while prev >= 0 and not lines[prev].strip():
                 prev -= 1
             m = MARKER.match(lines[prev].strip()) if prev >= 0 else None
-            blocks.append(Block(page, i + 1, "\n".join(lines[i + 1:end]), section,
-                                m.group(1) if m else None, m.group(2) if m else ""))
+            blocks.append(
+                Block(
+                    page,
+                    i + 1,
+                    "\n".join(lines[i + 1 : end]),
+                    section,
+                    m.group(1) if m else None,
+                    m.group(2) if m else "",
+                )
+            )
         i = end + 1
     return blocks
 
 
-def _stray_markers(page: Path) -> List[str]:
+def _stray_markers(page: Path) -> list[str]:
     """Markers not directly above a python block (a typo would otherwise hide a block)."""
     lines = page.read_text(encoding="utf-8").split("\n")
     bad = []
@@ -103,13 +110,16 @@ def test_markers_are_well_formed(page):
             assert len(b.arg) >= 10, f"{b.where()}: 'not run' needs its reason"
         elif b.kind == "setup":
             name = b.arg.split()[0] if b.arg else ""
-            assert callable(getattr(doc_fixtures, name, None)), f"{b.where()}: no fixture '{name}' in tests/doc_fixtures.py"
+            assert callable(getattr(doc_fixtures, name, None)), (
+                f"{b.where()}: no fixture '{name}' in tests/doc_fixtures.py"
+            )
         elif b.kind == "run by":
             test_file = ROOT / b.arg.split()[0]
             assert test_file.is_file(), f"{b.where()}: {test_file} does not exist"
             # The dedicated test reads the block from its section (readme_examples.example).
             assert f'example("{b.section}")' in test_file.read_text(encoding="utf-8"), (
-                f"{b.where()}: {b.arg} does not run example({b.section!r})")
+                f"{b.where()}: {b.arg} does not run example({b.section!r})"
+            )
 
 
 def test_run_by_blocks_are_the_ones_the_dedicated_tests_read():
@@ -138,4 +148,3 @@ def test_page_examples_run(page, tmp_path, monkeypatch, one_thread):
                 exec(compile(b.code, b.where(), "exec"), namespace)
             except Exception as e:  # name the block in the failure
                 raise AssertionError(f"the example at {b.where()} failed: {type(e).__name__}: {e}") from e
-

@@ -15,7 +15,9 @@ ROOT = os.path.dirname(os.path.dirname(__file__))
 def test_wheel_installs_kernels_inside_the_package_only(tmp_path):
     built = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), ROOT],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = list((tmp_path / "dist").glob("neuron_sift-*.whl"))
@@ -29,15 +31,17 @@ def test_wheel_installs_kernels_inside_the_package_only(tmp_path):
     target = tmp_path / "site"
     installed = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert installed.returncode == 0, installed.stderr[-3000:]
     code = (
         "import importlib.util, neuron_sift, neuron_sift.kernels as k; "
-        "assert neuron_sift.__file__.startswith(%r), neuron_sift.__file__; "
+        f"assert neuron_sift.__file__.startswith({str(target)!r}), neuron_sift.__file__; "
         "assert importlib.util.find_spec('kernels') is None and importlib.util.find_spec('benchmarks') is None; "
-        "import neuron_sift.kernels._host as h; assert h.__file__.startswith(%r); "
-        "print(k.percentile_rank.__module__)" % (str(target), str(target))
+        f"import neuron_sift.kernels._host as h; assert h.__file__.startswith({str(target)!r}); "
+        "print(k.percentile_rank.__module__)"
     )
     env = dict(os.environ, PYTHONPATH=str(target))
     ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(tmp_path), env=env)

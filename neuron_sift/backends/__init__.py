@@ -10,8 +10,6 @@ the model's device unless named; a ``Backend`` instance may be passed instead of
 (for example ``EagerBackend(device, compile_step=True, compile_backend=...)``).
 """
 
-from typing import Optional, Union
-
 import torch
 
 from neuron_sift.backends.base import Backend
@@ -20,7 +18,7 @@ from neuron_sift.backends.eager import EagerBackend
 BACKEND_NAMES = ("eager", "compiled", "xla")
 
 
-def resolve_backend(device: torch.device, name: Union[str, Backend, None] = None) -> Backend:
+def resolve_backend(device: torch.device, name: str | Backend | None = None) -> Backend:
     """The backend for ``device``: ``xla`` for XLA devices, else ``eager``; or the one named or given."""
     if isinstance(name, Backend):
         if name.device.type != device.type or (

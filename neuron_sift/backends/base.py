@@ -1,7 +1,8 @@
 """The backend interface the engine and loader rely on: the only place that asks what a device is."""
 
 import abc
-from typing import TYPE_CHECKING, Callable, Hashable, Optional, Tuple
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -28,8 +29,8 @@ class Backend(abc.ABC):
         return torch.tensor(list(values), dtype=dtype, device=self.device)
 
     def run_step(
-        self, key: Hashable, fn: Callable[..., Tuple[torch.Tensor, ...]], inputs: Tuple[torch.Tensor, ...]
-    ) -> Tuple[torch.Tensor, ...]:
+        self, key: Hashable, fn: Callable[..., tuple[torch.Tensor, ...]], inputs: tuple[torch.Tensor, ...]
+    ) -> tuple[torch.Tensor, ...]:
         """``fn(*inputs)``: the engine's step, a pure function of tensors (``engine.step.flat_step``).
 
         ``key`` names everything static about ``fn`` (mode, k, ...); with the input shapes
@@ -47,7 +48,7 @@ class Backend(abc.ABC):
     def to_host(self, tensor: torch.Tensor) -> torch.Tensor:
         """Read ``tensor`` back to the CPU (the one host read per source batch, where any)."""
 
-    def sync(self) -> None:
+    def sync(self) -> None:  # noqa: B027 - a no-op where the device has no lazy graph
         """The step boundary: cut the device's lazy graph (asynchronously) where it has one."""
 
     @property
@@ -83,12 +84,12 @@ class Backend(abc.ABC):
         a, b = torch.device(a), torch.device(b)
         return a == b or (a.type == b.type and None in (a.index, b.index))
 
-    def compile_count(self) -> Optional[int]:
+    def compile_count(self) -> int | None:
         """Graph compilations so far in this process, where the device compiles graphs (else None)."""
         return None
 
     def pending_store(
-        self, batch_size: int, rows_per_add: int, limit: Optional[int], default_batch: bool
+        self, batch_size: int, rows_per_add: int, limit: int | None, default_batch: bool
     ) -> "PendingStore":
         """Where kept samples wait for a full batch: on the host here (``backends/pending.py``).
 

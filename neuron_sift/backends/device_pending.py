@@ -14,7 +14,7 @@ Fields that are not tensors (lists of strings, NumPy arrays) stay on the host an
 the kept row indices, i.e. one host read per source batch.
 """
 
-from typing import Any, List, Optional, Tuple
+from typing import Any
 
 import torch
 
@@ -32,9 +32,7 @@ def is_device_leaf(leaf: Leaf) -> bool:
 
 def batch_to_device(batch: DefaultSiftingBatch, device: torch.device) -> DefaultSiftingBatch:
     """Tensor fields moved to ``device`` (a no-op for tensors already there)."""
-    leaves = [
-        Leaf(leaf.value.to(device), leaf.axis) if is_device_leaf(leaf) else leaf for leaf in batch.leaves
-    ]
+    leaves = [Leaf(leaf.value.to(device), leaf.axis) if is_device_leaf(leaf) else leaf for leaf in batch.leaves]
     return DefaultSiftingBatch(batch.structure, leaves, len(batch))
 
 
@@ -65,7 +63,7 @@ class DeviceStaging:
     would overwrite waiting samples and repeat others.
     """
 
-    def __init__(self, batch_size: int, backend: Backend, rows_per_add: int, limit: Optional[int] = None):
+    def __init__(self, batch_size: int, backend: Backend, rows_per_add: int, limit: int | None = None):
         self.batch_size = batch_size
         self.backend = backend
         self.rows_per_add = rows_per_add
@@ -74,11 +72,11 @@ class DeviceStaging:
         self.limit = limit
         self._capacity = (batch_size if limit is None else limit) + rows_per_add
         self.fill = 0  # host mirror: decides emission without reading the device
-        self._fill_t: Optional[torch.Tensor] = None  # device copy: the write offset
+        self._fill_t: torch.Tensor | None = None  # device copy: the write offset
         self._structure: Any = None
-        self._buffers: Optional[List[Any]] = None  # per leaf: device tensor, or a host Leaf of waiting samples
-        self._axes: List[int] = []
-        self._preloaded: Optional[DefaultSiftingBatch] = None
+        self._buffers: list[Any] | None = None  # per leaf: device tensor, or a host Leaf of waiting samples
+        self._axes: list[int] = []
+        self._preloaded: DefaultSiftingBatch | None = None
 
     def __len__(self) -> int:
         return self.fill + (len(self._preloaded) if self._preloaded is not None else 0)
@@ -101,7 +99,7 @@ class DeviceStaging:
         order: torch.Tensor,
         count: int,
         count_t: torch.Tensor,
-        host_indices: Optional[List[int]],
+        host_indices: list[int] | None,
     ) -> None:
         """Stage the rows ``order[:count]`` of ``batch`` (``order`` has a static length m).
 
@@ -170,14 +168,14 @@ class DeviceStaging:
         self.fill = p
         self._fill_t = self.backend.upload([p], torch.int64)
 
-    def pop(self) -> Optional[DefaultSiftingBatch]:
+    def pop(self) -> DefaultSiftingBatch | None:
         """The next full batch (device tensors for tensor fields), or None."""
         b = self.batch_size
         if self.fill < b:
             return None
         if self._buffers is None:
             raise RuntimeError("internal error: restored samples must be bound to a source batch before emission")
-        leaves: List[Leaf] = []
+        leaves: list[Leaf] = []
         for i, buf in enumerate(self._buffers):
             axis = self._axes[i]
             if isinstance(buf, Leaf):
@@ -196,7 +194,7 @@ class DeviceStaging:
         if self._buffers is None:
             self._start(like)
 
-    def pending_batch(self) -> Optional[DefaultSiftingBatch]:
+    def pending_batch(self) -> DefaultSiftingBatch | None:
         """The waiting (not yet emitted) samples as a batch on the device, for inspection.
 
         Slicing to the fill is a new shape per fill on an XLA device; checkpoints use
@@ -204,12 +202,12 @@ class DeviceStaging:
         """
         return self._pending(lambda buf: buf)
 
-    def pending_on_host(self) -> Optional[DefaultSiftingBatch]:
+    def pending_on_host(self) -> DefaultSiftingBatch | None:
         """The waiting samples on the CPU: whole buffers are read (a transfer of a shape that
         never changes, so no compilation) and cut on the host."""
         return self._pending(lambda buf: buf.detach().cpu())
 
-    def _pending(self, place) -> Optional[DefaultSiftingBatch]:
+    def _pending(self, place) -> DefaultSiftingBatch | None:
         """The waiting samples, each buffer passed through ``place`` before it is cut to the fill."""
         if self._preloaded is not None:
             return self._preloaded
@@ -237,12 +235,12 @@ class DevicePending(PendingStore):
     is trusted.
     """
 
-    def __init__(self, batch_size: int, backend: Backend, rows_per_add: int, limit: Optional[int] = None):
+    def __init__(self, batch_size: int, backend: Backend, rows_per_add: int, limit: int | None = None):
         super().__init__(batch_size)
         self.backend = backend
         self.staging = DeviceStaging(batch_size, backend, rows_per_add, limit)
 
-    def prepare(self, batch: SiftingBatch, source: Any) -> Tuple[SiftingBatch, Any]:
+    def prepare(self, batch: SiftingBatch, source: Any) -> tuple[SiftingBatch, Any]:
         assert isinstance(batch, DefaultSiftingBatch)
         scored = pad_batch(batch_to_device(batch, self.backend.device), self.batch_size)
         return scored, scored.to_user()
@@ -280,7 +278,7 @@ class DevicePending(PendingStore):
         self.staging.add(scored, out.order, n_held, out.count, kept.indices)
         self.backend.sync()
 
-    def pop(self) -> Optional[SiftingBatch]:
+    def pop(self) -> SiftingBatch | None:
         """Cut the next full batch, if one is ready, and sync.
 
         Batches are cut one at a time, just before they are yielded, so samples of a batch
@@ -307,9 +305,9 @@ class DevicePending(PendingStore):
         assert isinstance(batch, DefaultSiftingBatch)
         self.staging.preload(batch)  # uploaded whole when the buffers are created
 
-    def pending_batch(self) -> Optional[SiftingBatch]:
+    def pending_batch(self) -> SiftingBatch | None:
         return self.staging.pending_batch() if len(self.staging) else None
 
-    def pending_on_host(self) -> Optional[SiftingBatch]:
+    def pending_on_host(self) -> SiftingBatch | None:
         """Whole buffers are read (no new graph per pending count) and cut on the host."""
         return self.staging.pending_on_host() if len(self.staging) else None

@@ -9,7 +9,8 @@ size and never again; ``fullgraph=True`` makes any graph break an error instead 
 silent split. Reads are ordinary ``.cpu()``.
 """
 
-from typing import Any, Callable, Dict, Hashable, Optional, Tuple
+from collections.abc import Callable, Hashable
+from typing import Any
 
 import torch
 
@@ -34,7 +35,7 @@ class EagerBackend(Backend):
 
     name = "eager"
 
-    def __init__(self, device: torch.device, compile_step: bool = False, compile_backend: Optional[Any] = None):
+    def __init__(self, device: torch.device, compile_step: bool = False, compile_backend: Any | None = None):
         super().__init__(torch.device(device))
         if self.device.type == "xla":
             raise ValueError("backend='eager' cannot run on an XLA device; use backend='xla' or None")
@@ -42,13 +43,13 @@ class EagerBackend(Backend):
             raise ValueError("compile_backend is only used with compile_step=True")
         self._compile = bool(compile_step)
         self.compile_backend = compile_backend if compile_backend is not None else default_compile_backend(self.device)
-        self._compiled: Dict[Hashable, Callable] = {}
+        self._compiled: dict[Hashable, Callable] = {}
 
     @property
     def compiles_step(self) -> bool:
         return self._compile
 
-    def run_step(self, key: Hashable, fn: Callable, inputs: Tuple[torch.Tensor, ...]) -> Tuple[torch.Tensor, ...]:
+    def run_step(self, key: Hashable, fn: Callable, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         if not self._compile:
             return fn(*inputs)
         compiled = self._compiled.get(key)

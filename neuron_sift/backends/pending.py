@@ -11,7 +11,7 @@ gathered into fixed-size device buffers, so nothing of varying shape is traced
 
 import abc
 from dataclasses import dataclass
-from typing import Any, List, Optional, Tuple
+from typing import Any
 
 from neuron_sift.data_model.data_model_interface import SiftingBatch
 from neuron_sift.data_model.default_batch import DefaultSiftingBatch
@@ -29,7 +29,7 @@ class Kept:
 
     count: int
     nonfinite: int
-    indices: Optional[Any]
+    indices: Any | None
 
 
 class PendingStore(abc.ABC):
@@ -41,11 +41,11 @@ class PendingStore(abc.ABC):
 
     def __init__(self, batch_size: int):
         self.batch_size = batch_size
-        self._restored: Optional[SavedBatch] = None
+        self._restored: SavedBatch | None = None
 
     # -- the per-source-batch path -------------------------------------------------------------
 
-    def prepare(self, batch: SiftingBatch, source: Any) -> Tuple[SiftingBatch, Any]:
+    def prepare(self, batch: SiftingBatch, source: Any) -> tuple[SiftingBatch, Any]:
         """The batch to score and what the loss gets as ``original_batch``: unchanged here."""
         return batch, source
 
@@ -58,7 +58,7 @@ class PendingStore(abc.ABC):
         """Let the first ``n_held`` kept rows of ``scored`` wait (the rest are dropped)."""
 
     @abc.abstractmethod
-    def pop(self) -> Optional[SiftingBatch]:
+    def pop(self) -> SiftingBatch | None:
         """The next full batch, or None while fewer than ``batch_size`` samples wait."""
 
     @abc.abstractmethod
@@ -66,11 +66,11 @@ class PendingStore(abc.ABC):
         """Samples waiting, restored ones not yet bound excluded."""
 
     @abc.abstractmethod
-    def pending_batch(self) -> Optional[SiftingBatch]:
+    def pending_batch(self) -> SiftingBatch | None:
         """The waiting samples as one batch, for inspection (None if none)."""
 
     @abc.abstractmethod
-    def pending_on_host(self) -> Optional[SiftingBatch]:
+    def pending_on_host(self) -> SiftingBatch | None:
         """The waiting samples with every tensor on the CPU, for checkpoints (None if none)."""
 
     @abc.abstractmethod
@@ -99,7 +99,7 @@ class PendingStore(abc.ABC):
         self._restored = None
         self._insert_restored(batch)
 
-    def saved(self) -> Optional[dict]:
+    def saved(self) -> dict | None:
         """The waiting samples as checkpoint data (plain values, CPU tensors), or None."""
         if self._restored is not None:
             return self._restored.state
@@ -116,7 +116,7 @@ class HostPending(PendingStore):
 
     def __init__(self, batch_size: int):
         super().__init__(batch_size)
-        self._pieces: List[SiftingBatch] = []
+        self._pieces: list[SiftingBatch] = []
         self._size = 0
 
     def read_kept(self, sifter: Any, scored: SiftingBatch, out: Any, n: int) -> Kept:
@@ -142,7 +142,7 @@ class HostPending(PendingStore):
     def waiting(self) -> int:
         return self._size
 
-    def pop(self) -> Optional[SiftingBatch]:
+    def pop(self) -> SiftingBatch | None:
         b = self.batch_size
         if self._size < b:
             return None
@@ -156,11 +156,10 @@ class HostPending(PendingStore):
         self._pieces, self._size = [remainder], total - b
         return out
 
-    def pending_batch(self) -> Optional[SiftingBatch]:
+    def pending_batch(self) -> SiftingBatch | None:
         if not self._pieces:
             return None
         return self._pieces[0].concat(self._pieces[1:]) if len(self._pieces) > 1 else self._pieces[0]
 
-    def pending_on_host(self) -> Optional[SiftingBatch]:
+    def pending_on_host(self) -> SiftingBatch | None:
         return self.pending_batch()  # SavedBatch moves every tensor to the CPU
-

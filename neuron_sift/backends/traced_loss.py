@@ -33,7 +33,7 @@ class TracedLoss:
         self._pure: dict = {}
 
     def loss(self, model: torch.nn.Module, transformed_batch: Any, original_batch: Any = None) -> torch.Tensor:
-        from torch.utils._pytree import tree_flatten, tree_unflatten
+        from torch.utils._pytree import tree_flatten
 
         leaves, spec = tree_flatten(original_batch)
         if not leaves or not all(isinstance(t, torch.Tensor) for t in leaves):

@@ -22,10 +22,9 @@ and the training graphs are still extracted.
 """
 
 import os
-from typing import Callable, Hashable, Optional, Tuple
+from collections.abc import Callable, Hashable
 
 import torch
-
 import torch_xla
 import torch_xla.runtime as xr
 
@@ -50,7 +49,7 @@ class XlaBackend(Backend):
         self.trace_once = trace_once
         self.pure_steps = PureStepCache()
 
-    def run_step(self, key: Hashable, fn: Callable, inputs: Tuple[torch.Tensor, ...]) -> Tuple[torch.Tensor, ...]:
+    def run_step(self, key: Hashable, fn: Callable, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         if self.trace_once:
             out = self.pure_steps.run(key, fn, inputs)
             if out is not None:
@@ -76,12 +75,10 @@ class XlaBackend(Backend):
     def sort_method(self) -> str:
         return "merge"  # torch-xla has no lowering for searchsorted (it falls back to the CPU)
 
-    def compile_count(self) -> Optional[int]:
+    def compile_count(self) -> int | None:
         return xla_compile_count()
 
-    def pending_store(
-        self, batch_size: int, rows_per_add: int, limit: Optional[int], default_batch: bool
-    ) -> PendingStore:
+    def pending_store(self, batch_size: int, rows_per_add: int, limit: int | None, default_batch: bool) -> PendingStore:
         """The default batch's tensor fields wait on the device, in buffers of static shape;
         a batch type of the user's own waits on the host (one read of the kept indices)."""
         if not default_batch:

@@ -30,7 +30,7 @@ traced per call, as before, and one log line says so.
 
 import itertools
 import logging
-from typing import Callable, Dict, Hashable, Optional, Set, Tuple
+from collections.abc import Callable, Hashable
 
 import torch
 
@@ -46,7 +46,7 @@ def unique_name(prefix: str) -> str:
     return f"{prefix}_{next(_names)}"
 
 
-def assume_pure_torch() -> Optional[Callable]:
+def assume_pure_torch() -> Callable | None:
     """torch-xla's ``assume_pure_torch``, or None (logged once) where this torch-xla lacks it."""
     global _warned
     try:
@@ -66,7 +66,7 @@ def assume_pure_torch() -> Optional[Callable]:
 # Process-wide: (key, input shapes and dtypes) -> the traced-once function. Shared by
 # every loader in the process: a new computation (a new name) per loader would make every
 # graph that contains the step new to torch-xla's graph cache, and compile again.
-_PURE: Dict[Hashable, Callable] = {}
+_PURE: dict[Hashable, Callable] = {}
 
 
 def built() -> int:
@@ -82,9 +82,9 @@ class PureStepCache:
     """
 
     def __init__(self) -> None:
-        self.signatures: Set[Hashable] = set()  # the signatures this backend ran
+        self.signatures: set[Hashable] = set()  # the signatures this backend ran
 
-    def run(self, key: Hashable, fn: Callable, inputs: Tuple[torch.Tensor, ...]) -> Optional[Tuple[torch.Tensor, ...]]:
+    def run(self, key: Hashable, fn: Callable, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...] | None:
         """``fn(*inputs)`` through the traced computation; None where assume_pure_torch is missing."""
         signature = (key, tuple((tuple(t.shape), t.dtype) for t in inputs))
         pure = _PURE.get(signature)
@@ -93,7 +93,7 @@ class PureStepCache:
             if wrap is None:
                 return None
 
-            def step(*tensors: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+            def step(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
                 return fn(*tensors)
 
             # Its cache is keyed by this name: unique in the process, one per signature.

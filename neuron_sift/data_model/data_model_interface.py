@@ -6,7 +6,8 @@ and accumulate (concatenate with others of its kind) until a full batch is ready
 """
 
 import abc
-from typing import Any, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 
 class SiftingBatch(abc.ABC):
@@ -50,7 +51,7 @@ class SiftingBatch(abc.ABC):
             A new batch; the inputs are left unchanged.
         """
 
-    def split_at(self, n: int) -> Tuple["SiftingBatch", "SiftingBatch"]:
+    def split_at(self, n: int) -> tuple["SiftingBatch", "SiftingBatch"]:
         """The first ``n`` samples and the rest (how a full batch is cut from pending samples).
 
         Two ``select`` calls by default; a batch type that can cut without copying overrides it.

@@ -21,8 +21,8 @@ reused (for lists nested in a batch too), so a short last batch cannot flip it:
 """
 
 import numbers
-from collections.abc import Mapping
-from typing import Any, Iterator, List, Optional, Sequence, Tuple
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -37,7 +37,7 @@ SAMPLE_MAJOR = 0
 FEATURE_MAJOR = 1
 
 
-def _leading_size(x: Any) -> Optional[int]:
+def _leading_size(x: Any) -> int | None:
     """Size of the first dimension of something indexable by sample, else None."""
     if isinstance(x, torch.Tensor) or is_array(x):
         return int(x.shape[0]) if x.ndim >= 1 else None
@@ -49,14 +49,14 @@ def _leading_size(x: Any) -> Optional[int]:
     return None
 
 
-def _array_row_counts(x: Any) -> List[int]:
+def _array_row_counts(x: Any) -> list[int]:
     """Dimension-0 sizes of every tensor/array nested anywhere in ``x``."""
     if isinstance(x, torch.Tensor) or is_array(x):
         return [int(x.shape[0])] if x.ndim >= 1 else []
     if isinstance(x, Mapping):
         x = list(x.values())
     if isinstance(x, (list, tuple)):
-        out: List[int] = []
+        out: list[int] = []
         for e in x:
             out.extend(_array_row_counts(e))
         return out
@@ -74,7 +74,7 @@ def _holds_samples(x: Any, n: int) -> bool:
     return False
 
 
-def _dim1_size(batch: Any) -> Optional[int]:
+def _dim1_size(batch: Any) -> int | None:
     """Samples per field when a list/tuple is read as fields ("dimension 1"), or a tensor's dim 1.
 
     Candidates come from the tensors nested inside (their dimension 0) and from the
@@ -107,7 +107,7 @@ class DefaultSiftingBatch(SiftingBatch):
         size: the number of samples every leaf holds.
     """
 
-    def __init__(self, structure: BatchStructure, leaves: List[Leaf], size: int):
+    def __init__(self, structure: BatchStructure, leaves: list[Leaf], size: int):
         self._structure = structure
         self._leaves = leaves
         self._size = size
@@ -118,11 +118,11 @@ class DefaultSiftingBatch(SiftingBatch):
         return self._structure
 
     @property
-    def leaves(self) -> List[Leaf]:
+    def leaves(self) -> list[Leaf]:
         """The sample-holding values in leaf order (read only: leaves are shared between batches)."""
         return self._leaves
 
-    def with_leaves(self, leaves: List[Leaf], size: int) -> "DefaultSiftingBatch":
+    def with_leaves(self, leaves: list[Leaf], size: int) -> "DefaultSiftingBatch":
         """A batch of this structure over other ``leaves`` of ``size`` samples each."""
         return DefaultSiftingBatch(self._structure, leaves, size)
 
@@ -145,7 +145,7 @@ class DefaultSiftingBatch(SiftingBatch):
         n = index_tensor.shape[0] if index_tensor is not None else len(indices)
         return DefaultSiftingBatch(self._structure, leaves, n)
 
-    def split_at(self, n: int) -> Tuple["DefaultSiftingBatch", "DefaultSiftingBatch"]:
+    def split_at(self, n: int) -> tuple["DefaultSiftingBatch", "DefaultSiftingBatch"]:
         """The first ``n`` samples and the rest (views of tensors and arrays, no copy)."""
         firsts, rests = [], []
         for leaf in self._leaves:
@@ -164,7 +164,7 @@ class DefaultSiftingBatch(SiftingBatch):
 
     def concat(self, others: Sequence[SiftingBatch]) -> "DefaultSiftingBatch":
         structure = self._structure
-        parts: List[DefaultSiftingBatch] = [self]
+        parts: list[DefaultSiftingBatch] = [self]
         for o in others:
             if not isinstance(o, DefaultSiftingBatch) or not structure.same_shape(o._structure):
                 raise UnsupportedDataFormatException(
@@ -189,7 +189,7 @@ class DefaultSiftingBatch(SiftingBatch):
         return self.to_user()[key]
 
 
-def _tensor_fields(batch: Sequence[Any]) -> Optional[DefaultSiftingBatch]:
+def _tensor_fields(batch: Sequence[Any]) -> DefaultSiftingBatch | None:
     """The common case parsed directly: a list/tuple of tensors that share dimension 0.
 
     The same tree the general parser builds, without its search for the sample count.
@@ -222,7 +222,7 @@ class DefaultBatchTransform(SiftingBatchTransform):
             ``transform``, a batch that cannot be split (see the docs' Batches page).
     """
 
-    def __init__(self, nominal_batch_size: Optional[int] = None, batch_format_index: Optional[int] = None):
+    def __init__(self, nominal_batch_size: int | None = None, batch_format_index: int | None = None):
         if batch_format_index is not None and (
             isinstance(batch_format_index, bool)
             or not isinstance(batch_format_index, numbers.Integral)
@@ -236,13 +236,13 @@ class DefaultBatchTransform(SiftingBatchTransform):
             batch_format_index = int(batch_format_index)  # e.g. numpy ints: used as an axis below
         self.nominal_batch_size = nominal_batch_size
         self.batch_format_index = batch_format_index
-        self._top_format: Optional[int] = batch_format_index
+        self._top_format: int | None = batch_format_index
         self._inner_formats: dict = {}  # path of a nested list/tuple -> format first seen there
 
     # -- parsing -----------------------------------------------------------------------
 
     def transform(self, batch: Any) -> DefaultSiftingBatch:
-        leaves: List[Leaf] = []
+        leaves: list[Leaf] = []
         if isinstance(batch, Mapping):
             n = self._mapping_size(batch)
             structure = self._parse_inner(batch, n, leaves, "")
@@ -313,7 +313,7 @@ class DefaultBatchTransform(SiftingBatchTransform):
         d0 = len(batch)
         d1 = _dim1_size(batch)
         b = self.nominal_batch_size
-        fmt: Optional[int] = None
+        fmt: int | None = None
         if b is not None:
             m0 = d0 == b
             m1 = len(batch) > 0 and all(_holds_samples(e, b) for e in batch)
@@ -346,7 +346,7 @@ class DefaultBatchTransform(SiftingBatchTransform):
         self._top_format = fmt
         return fmt
 
-    def _parse_inner(self, value: Any, n: int, leaves: List[Leaf], path: str) -> BatchStructure:
+    def _parse_inner(self, value: Any, n: int, leaves: list[Leaf], path: str) -> BatchStructure:
         if isinstance(value, Mapping):
             keys = list(value.keys())
             children = [self._parse_inner(value[k], n, leaves, f"{path}[{k!r}]") for k in keys]

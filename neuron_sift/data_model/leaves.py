@@ -6,7 +6,8 @@ every nesting of containers. The containers above the leaves are ``BatchStructur
 business.
 """
 
-from typing import Any, Callable, List, Optional, Sequence, TypeGuard, Union
+from collections.abc import Callable, Sequence
+from typing import Any, TypeGuard, Union
 
 import torch
 
@@ -20,7 +21,7 @@ except ImportError:  # pragma: no cover - numpy ships with every supported torch
 # What a leaf holds: samples along one axis of a tensor or array, or one sample per element.
 LeafValue = Union[torch.Tensor, "np.ndarray", list, tuple]
 # Positions of samples: Python ints (a ``range`` included) or an int64 tensor of them.
-Indices = Union[Sequence[int], torch.Tensor]
+Indices = Sequence[int] | torch.Tensor
 
 
 def is_array(x: Any) -> "TypeGuard[np.ndarray]":
@@ -28,7 +29,7 @@ def is_array(x: Any) -> "TypeGuard[np.ndarray]":
     return np is not None and isinstance(x, np.ndarray)
 
 
-def rebuild_sequence(container: type, items: List[Any]) -> Any:
+def rebuild_sequence(container: type, items: list[Any]) -> Any:
     """``items`` in a list/tuple of type ``container``, so the user gets their own type back.
 
     A ``namedtuple`` takes its fields as arguments, other sequence types an iterable.
@@ -81,7 +82,7 @@ class Leaf:
             return len(v)
         return int(v.shape[self.axis])
 
-    def select(self, indices: Indices, index_tensor: Optional[torch.Tensor] = None) -> "Leaf":
+    def select(self, indices: Indices, index_tensor: torch.Tensor | None = None) -> "Leaf":
         """The samples at ``indices``, in that order.
 
         Args:
@@ -152,11 +153,11 @@ class Leaf:
                         f"differs from {tuple(want)} in an earlier batch; pad every batch to the same shape "
                         "or pass batch_transforms"
                     )
-            values: List[Any] = [p.value for p in parts]
+            values: list[Any] = [p.value for p in parts]
             if isinstance(v, torch.Tensor):
                 return Leaf(torch.cat(values, dim=first.axis), first.axis)
             return Leaf(np.concatenate(values, axis=first.axis), first.axis)
-        items: List[Any] = []
+        items: list[Any] = []
         for p in parts:
             items.extend(p.value)  # type: ignore[arg-type]
         return Leaf(rebuild_sequence(type(v), items), first.axis)

@@ -1,6 +1,7 @@
 """``ListBatch``: samples as Python lists (elements may be anything: tensors, strings, tuples)."""
 
-from typing import Any, List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from neuron_sift.data_model.data_model_interface import SiftingBatch
 from neuron_sift.exceptions import UnsupportedDataFormatException
@@ -22,7 +23,7 @@ class ListBatch(SiftingBatch):
             without labels mixed.
     """
 
-    def __init__(self, inputs: List[Any], labels: Optional[List[Any]] = None):
+    def __init__(self, inputs: list[Any], labels: list[Any] | None = None):
         if not isinstance(inputs, (list, tuple)):
             raise UnsupportedDataFormatException(
                 f"ListBatch.inputs must be a list with one element per sample, got {type(inputs).__name__}"
@@ -33,9 +34,7 @@ class ListBatch(SiftingBatch):
                     f"ListBatch.labels must be a list or None, got {type(labels).__name__}"
                 )
             if len(labels) != len(inputs):
-                raise UnsupportedDataFormatException(
-                    f"ListBatch has {len(inputs)} inputs but {len(labels)} labels"
-                )
+                raise UnsupportedDataFormatException(f"ListBatch has {len(inputs)} inputs but {len(labels)} labels")
         self.inputs = list(inputs)
         self.labels = None if labels is None else list(labels)
 

@@ -6,7 +6,7 @@ ints, floats, strings, bools, None, and lists/tuples/dicts of them. The containe
 from the first source batch after loading, where the structure is checked to be the same.
 """
 
-from typing import Any, List, Optional
+from typing import Any
 
 import torch
 
@@ -39,7 +39,7 @@ class SavedBatch:
         self.state = state
 
     @staticmethod
-    def of(batch: Optional[SiftingBatch]) -> Optional[dict]:
+    def of(batch: SiftingBatch | None) -> dict | None:
         """``batch`` as checkpoint data, or None when there is nothing to save."""
         if batch is None or len(batch) == 0:
             return None
@@ -81,7 +81,7 @@ class SavedBatch:
                     f"after loading ({s['signature']} vs "
                     f"{like.structure.signature() if isinstance(like, DefaultSiftingBatch) else type(like).__name__})"
                 )
-            leaves: List[Leaf] = []
+            leaves: list[Leaf] = []
             for saved, current in zip(s["leaves"], like.leaves):
                 value = saved["value"]
                 if isinstance(value, torch.Tensor) and isinstance(current.value, torch.Tensor):

@@ -9,8 +9,9 @@ and holding the container would keep the source batch's tensors alive for as lon
 batch cut from it.
 """
 
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Dict, Hashable, List, Literal, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Literal
 
 from neuron_sift.data_model.leaves import Leaf, rebuild_sequence
 from neuron_sift.exceptions import UnsupportedDataFormatException
@@ -18,10 +19,10 @@ from neuron_sift.exceptions import UnsupportedDataFormatException
 Kind = Literal["leaf", "map", "seq"]
 # ``BatchStructure.signature()``: nested lists of strings, safe for JSON and for
 # ``torch.load(weights_only=True)``.
-Signature = List[Union[str, List[Any]]]
+Signature = list[str | list[Any]]
 
 
-def rebuild_mapping(container: type, items: Dict[Hashable, Any]) -> Mapping[Hashable, Any]:
+def rebuild_mapping(container: type, items: dict[Hashable, Any]) -> Mapping[Hashable, Any]:
     """``items`` in a mapping of type ``container`` (e.g. Hugging Face's ``BatchEncoding``).
 
     Raises:
@@ -56,11 +57,11 @@ class BatchStructure:
     """
 
     kind: Kind
-    container: Optional[type] = field(default=None, compare=False)
-    keys: Tuple[Hashable, ...] = ()
-    children: Tuple["BatchStructure", ...] = ()
+    container: type | None = field(default=None, compare=False)
+    keys: tuple[Hashable, ...] = ()
+    children: tuple["BatchStructure", ...] = ()
     index: int = -1
-    _paths: Optional[Tuple[str, ...]] = field(default=None, init=False, compare=False, repr=False)
+    _paths: tuple[str, ...] | None = field(default=None, init=False, compare=False, repr=False)
 
     # -- making nodes ---------------------------------------------------------------------
 
@@ -111,7 +112,7 @@ class BatchStructure:
             return rebuild_mapping(self.container, dict(zip(self.keys, items)))
         return rebuild_sequence(self.container, items)
 
-    def leaf_paths(self) -> Tuple[str, ...]:
+    def leaf_paths(self) -> tuple[str, ...]:
         """Each leaf's position in the user's batch (``"['x'][0]"``; ``""`` for the batch
         itself), in leaf order: what errors name so the user can find the field.
 
@@ -119,13 +120,13 @@ class BatchStructure:
         """
         paths = self._paths
         if paths is None:
-            found: List[str] = []
+            found: list[str] = []
             self._collect_paths("", found)
             paths = tuple(found)
             object.__setattr__(self, "_paths", paths)
         return paths
 
-    def _collect_paths(self, prefix: str, out: List[str]) -> None:
+    def _collect_paths(self, prefix: str, out: list[str]) -> None:
         if self.kind == "leaf":
             out.append(prefix)
         elif self.kind == "map":
@@ -156,5 +157,5 @@ class BatchStructure:
         return self is other or self == other
 
 
-_LEAF_NODES: Dict[int, BatchStructure] = {}
-_FIELDS_NODES: Dict[Tuple[type, int], BatchStructure] = {}
+_LEAF_NODES: dict[int, BatchStructure] = {}
+_FIELDS_NODES: dict[tuple[type, int], BatchStructure] = {}

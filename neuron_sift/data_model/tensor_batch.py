@@ -1,6 +1,6 @@
 """``TensorBatch``: samples along dimension 0 of ``inputs`` (and ``labels``)."""
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -31,7 +31,7 @@ class TensorBatch(SiftingBatch):
             (pad to a fixed shape).
     """
 
-    def __init__(self, inputs: torch.Tensor, labels: Optional[torch.Tensor] = None):
+    def __init__(self, inputs: torch.Tensor, labels: torch.Tensor | None = None):
         if not isinstance(inputs, torch.Tensor) or inputs.dim() == 0:
             raise UnsupportedDataFormatException(
                 f"TensorBatch.inputs must be a tensor with a sample dimension 0, got {type(inputs).__name__}"

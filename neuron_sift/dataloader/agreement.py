@@ -10,15 +10,13 @@ logged). One process, and fixed mode (every rank keeps the same count by constru
 emit whatever is ready and never drop.
 """
 
-from typing import Optional
-
 from neuron_sift.distributed import RankGroup
 
 
 class EmissionAgreement:
     """The emission budget of one rank; its ``state_dict`` holds the agreement in progress."""
 
-    def __init__(self, ranks: RankGroup, coordinated: bool, beta_value: float, max_pending: Optional[int]):
+    def __init__(self, ranks: RankGroup, coordinated: bool, beta_value: float, max_pending: int | None):
         if max_pending is not None and (isinstance(max_pending, bool) or not isinstance(max_pending, int)):
             raise TypeError(f"max_pending must be an int, got {type(max_pending).__name__}")
         self.ranks = ranks
@@ -28,7 +26,7 @@ class EmissionAgreement:
         self.since_sync = 0
         self.budget_left = 0  # batches agreed at the last agreement point and not yet emitted
 
-    def max_pending(self, batch_size: Optional[int]) -> Optional[int]:
+    def max_pending(self, batch_size: int | None) -> int | None:
         """The bound on waiting samples for ``batch_size`` (None while it is unknown)."""
         if self.max_pending_arg is not None:
             if batch_size is not None and self.max_pending_arg < batch_size:
@@ -44,7 +42,7 @@ class EmissionAgreement:
         assert bound is not None  # the batch size is known once a batch was scored
         return max(0, min(n_kept, bound - waiting))
 
-    def open_budget(self, ready: int, end_of_epoch: bool) -> Optional[int]:
+    def open_budget(self, ready: int, end_of_epoch: bool) -> int | None:
         """Batches to emit now, of ``ready`` full ones waiting; None: every ready one.
 
         Coordinated ranks emit only at agreement points (the minimum over ranks of their
@@ -62,7 +60,7 @@ class EmissionAgreement:
         self.budget_left = self.ranks.min_int(ready)
         return self.budget_left
 
-    def resumed_budget(self) -> Optional[int]:
+    def resumed_budget(self) -> int | None:
         """The agreed batches a checkpoint had not emitted yet (None when uncoordinated)."""
         return self.budget_left if self.coordinated else None
 

@@ -10,7 +10,7 @@ Version 1 (neuron_sift 0.2.0) kept the same values in one flat dict; it is conve
 load. A state of another version is refused with a message naming both versions.
 """
 
-from typing import TYPE_CHECKING, Any, Dict
+from typing import TYPE_CHECKING, Any
 
 from neuron_sift.data_model.saved_batch import SavedBatch, to_cpu
 from neuron_sift.dataloader.epoch_iterator import EpochProgress
@@ -23,7 +23,7 @@ STATE_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 
 
-def loader_state(sl: "SiftingDataloader") -> Dict[str, Any]:
+def loader_state(sl: "SiftingDataloader") -> dict[str, Any]:
     """``SiftingDataloader.state_dict()`` of the loader ``sl`` (see there)."""
     sift_state = to_cpu(sl.sifter.state.tensors())
     return {
@@ -46,7 +46,7 @@ def loader_state(sl: "SiftingDataloader") -> Dict[str, Any]:
     }
 
 
-def upgrade_v1(state: Dict[str, Any]) -> Dict[str, Any]:
+def upgrade_v1(state: dict[str, Any]) -> dict[str, Any]:
     """A version-1 state (one flat dict) in the version-2 layout."""
     return {
         "version": 2,
@@ -67,14 +67,14 @@ def upgrade_v1(state: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
-def epoch_in_progress(state: Dict[str, Any]) -> bool:
+def epoch_in_progress(state: dict[str, Any]) -> bool:
     """Whether the checkpoint ``state`` (of any readable version) was taken within an epoch."""
     if isinstance(state, dict) and state.get("version") == 1:
         return bool(state["epoch_in_progress"])
     return bool(state["epoch"]["in_progress"])
 
 
-def restore_loader_state(sl: "SiftingDataloader", state: Dict[str, Any]) -> None:
+def restore_loader_state(sl: "SiftingDataloader", state: dict[str, Any]) -> None:
     """``SiftingDataloader.load_state_dict()`` into the loader ``sl`` (see there)."""
     version = state.get("version") if isinstance(state, dict) else None
     if version not in READABLE_VERSIONS:
@@ -109,5 +109,5 @@ def restore_loader_state(sl: "SiftingDataloader", state: Dict[str, Any]) -> None
     sl.restore_pending(meta["batch_size"], pending)
 
 
-def _saved_size(pending: Dict[str, Any]) -> int:
+def _saved_size(pending: dict[str, Any]) -> int:
     return SavedBatch(pending).size

@@ -10,8 +10,9 @@ selection is never read back, fixed mode on XLA), so it is the only source, and
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Callable, Dict, List, TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -109,7 +110,7 @@ class PhaseTimings:
 
     def __init__(self, logger: logging.Logger):
         self.logger = logger
-        self.entries: Dict[str, List[Any]] = {}  # name -> [seconds, calls]
+        self.entries: dict[str, list[Any]] = {}  # name -> [seconds, calls]
 
     def run(self, name: str, fn: Callable[..., T], *args: Any) -> T:
         start = time.perf_counter()
@@ -127,5 +128,5 @@ class PhaseTimings:
         """Host seconds in sifting's own phases (every phase but the user's scoring forward)."""
         return sum(v[0] for k, v in self.entries.items() if k != self.SCORING)
 
-    def as_dict(self) -> Dict[str, Dict[str, float]]:
+    def as_dict(self) -> dict[str, dict[str, float]]:
         return {k: {"seconds": v[0], "calls": v[1]} for k, v in self.entries.items()}

@@ -16,8 +16,9 @@ Trainer do, would otherwise never pull them, and their samples would go unseen.
 import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Tuple
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -58,11 +59,11 @@ class SourceReader:
     def __init__(self, source: Any, epoch: int):
         self._source = source
         self._epoch = epoch
-        self._it: Optional[Iterator[Any]] = None
+        self._it: Iterator[Any] | None = None
         self._index = 0
         self._done = False
 
-    def next(self) -> Optional[Tuple[int, Any]]:
+    def next(self) -> tuple[int, Any] | None:
         """The next ``(index, batch)``, or None at the end of the epoch."""
         if self._done:
             return None
@@ -75,7 +76,8 @@ class SourceReader:
             return None
         except Exception as exc:
             add_context(
-                exc, f"neuron_sift: while loading source batch {self._index} of epoch {self._epoch} from orig_dataloader"
+                exc,
+                f"neuron_sift: while loading source batch {self._index} of epoch {self._epoch} from orig_dataloader",
             )
             raise
         index = self._index
@@ -96,7 +98,7 @@ class SiftingEpoch:
     fixes the point of the look-ahead.
     """
 
-    def __init__(self, loader: "SiftingDataloader", progress: EpochProgress, skip: int, planned: Optional[int]):
+    def __init__(self, loader: "SiftingDataloader", progress: EpochProgress, skip: int, planned: int | None):
         self.loader = loader
         self.progress = progress
         self.skip = skip
@@ -115,7 +117,7 @@ class SiftingEpoch:
 
     def _run(self) -> Iterator[Any]:
         sl = self.loader
-        like: Optional[Tuple[int, Any]] = None  # a skipped source batch, to bind restored samples
+        like: tuple[int, Any] | None = None  # a skipped source batch, to bind restored samples
         try:
             while True:
                 item = self._sources.next()
@@ -126,7 +128,9 @@ class SiftingEpoch:
                     like = item
                     continue
                 if not sl.is_active(self):
-                    raise RuntimeError("SiftingDataloader: a new iteration was started; this iterator is no longer valid")
+                    raise RuntimeError(
+                        "SiftingDataloader: a new iteration was started; this iterator is no longer valid"
+                    )
                 if like is not None:
                     yield from self._resume_emission(*like)
                     like = None

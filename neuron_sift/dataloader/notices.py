@@ -9,7 +9,6 @@ last line. The counters in ``SiftingCounts`` stay exact whatever is logged.
 """
 
 import logging
-from typing import Optional
 
 
 class RateLimitedNotice:
@@ -25,7 +24,7 @@ class RateLimitedNotice:
         self.total = 0  # every occurrence ever reported, logged or not
         self._unlogged = 0
         self._unlogged_batches = 0
-        self._batches_since_line: Optional[int] = None  # None until the first occurrence
+        self._batches_since_line: int | None = None  # None until the first occurrence
 
     def report(self, count: int, where: str) -> None:
         """``count`` occurrences in one source batch (``where``); 0 is allowed and ticks the clock."""

@@ -7,13 +7,13 @@ count. Kept here, apart from the loader's iteration, because the plan is pure ar
 on the loader's configuration and its carried-over state.
 """
 
-from typing import Any, List, Optional, Tuple
+from typing import Any
 
 from neuron_sift.dataloader.source_loader import sampler_info
 from neuron_sift.sift_config.sift_configs import RelativeProbabilisticSiftConfig
 
 
-def source_batch_sizes(loader: Any, batch_size: Optional[int]) -> List[int]:
+def source_batch_sizes(loader: Any, batch_size: int | None) -> list[int]:
     """Sizes of the source batches of one epoch, from the source loader's sampler."""
     try:
         n_batches = len(loader)
@@ -31,13 +31,13 @@ def source_batch_sizes(loader: Any, batch_size: Optional[int]) -> List[int]:
 
 def plan_epochs(
     config: RelativeProbabilisticSiftConfig,
-    sizes: List[int],
-    batch_size: Optional[int],
+    sizes: list[int],
+    batch_size: int | None,
     delay_progress: int,
     pending: int,
     epochs: int,
     resume_at: int = 0,
-) -> Tuple[List[int], int]:
+) -> tuple[list[int], int]:
     """Batches each of the next ``epochs`` epochs emits, and the source samples they score.
 
     ``sizes``: the source batches of one epoch (``source_batch_sizes``); ``delay_progress``:
@@ -56,7 +56,7 @@ def plan_epochs(
     expected = config.selection_mode != "fixed"
     share = 1.0 / (1.0 + config.beta_value)
     remaining = float(pending)
-    plan: List[int] = []
+    plan: list[int] = []
     scored = 0
     for epoch in range(epochs):
         skip = resume_at if epoch == 0 else 0

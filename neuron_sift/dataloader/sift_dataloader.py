@@ -18,7 +18,8 @@ samples would pass ``max_pending`` (counted, logged; see ``SiftingCounts``).
 
 import logging
 import weakref
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -100,14 +101,14 @@ class SiftingDataloader:
         orig_dataloader: Any,
         batch_transforms: Any = None,
         loss_impl: Any = None,
-        model: Optional[torch.nn.Module] = None,
+        model: torch.nn.Module | None = None,
         log_batch_data: bool = False,
-        batch_format_index: Optional[int] = None,
+        batch_format_index: int | None = None,
         *,
-        backend: Optional[Any] = None,
+        backend: Any | None = None,
         log_batch_contents: bool = False,
-        distributed: Optional[bool] = None,
-        max_pending: Optional[int] = None,
+        distributed: bool | None = None,
+        max_pending: int | None = None,
     ):
         self.sift_config = coerce_sift_config(sift_config)
         if orig_dataloader is None or not hasattr(orig_dataloader, "__iter__"):
@@ -126,7 +127,7 @@ class SiftingDataloader:
         self._planning_loader = underlying_dataloader(orig_dataloader)
         info = sampler_info(self._planning_loader)
         nominal = info[0] if info is not None else getattr(self._planning_loader, "batch_size", None)
-        self._batch_size: Optional[int] = nominal if isinstance(nominal, int) and nominal > 0 else None
+        self._batch_size: int | None = nominal if isinstance(nominal, int) and nominal > 0 else None
         if batch_transforms is None:
             self.batch_transforms = DefaultBatchTransform(self._first_batch_size(), batch_format_index)
         else:
@@ -147,23 +148,23 @@ class SiftingDataloader:
         base = self.sift_config.base_config
         self.delay = SiftDelay(base.sift_delay, base.repeat_delay_per_epoch)
         self.counts_host = SiftingCounts()
-        self.pending: Optional[PendingStore] = None  # made by the backend at the first scored batch
+        self.pending: PendingStore | None = None  # made by the backend at the first scored batch
         self.progress = EpochProgress()
         self._resume = False  # load_state_dict() of a checkpoint taken mid-epoch: the next iter() continues it
-        self._active: Callable[[], Optional[SiftingEpoch]] = lambda: None
+        self._active: Callable[[], SiftingEpoch | None] = lambda: None
         self.nonfinite_notice, self.drop_notice = nonfinite_notice(logger), drop_notice(logger)
         self.phases = PhaseTimings(logger)
         # Host seconds and calls per phase: transform, calculate_relevance_values (the
         # user's scoring forward), should_sift, sift, accumulate, reverse_transform.
         self.timings = self.phases.entries
 
-    def _first_batch_size(self) -> Optional[int]:
+    def _first_batch_size(self) -> int | None:
         return first_batch_size(self._planning_loader, self._batch_size)
 
     # -- public properties -------------------------------------------------------------
 
     @property
-    def batch_size(self) -> Optional[int]:
+    def batch_size(self) -> int | None:
         """Size of every emitted batch: the source loader's batch size (or its first batch's)."""
         return self._batch_size
 
@@ -176,7 +177,7 @@ class SiftingDataloader:
         return self.progress.epoch
 
     @property
-    def max_pending(self) -> Optional[int]:
+    def max_pending(self) -> int | None:
         """The most kept samples a rank holds back under data-parallel agreement (probabilistic
         mode); None until the batch size is known."""
         return self.agreement.max_pending(self._batch_size)
@@ -241,7 +242,7 @@ class SiftingDataloader:
         ``load_state_dict()``, is void)."""
         return self._active() is epoch
 
-    def _exact_epoch_plan(self, skip: int) -> Optional[int]:
+    def _exact_epoch_plan(self, skip: int) -> int | None:
         """This epoch's exact batch count (what is left of it after ``skip`` consumed source
         batches), when known in advance (fixed mode, sized source). A resumed epoch plans
         what is left of it, so that the look-ahead scores the trailing source batches at the
@@ -270,7 +271,7 @@ class SiftingDataloader:
 
     # -- planning ------------------------------------------------------------------------
 
-    def plan_epochs(self, epochs: int = 1) -> Tuple[List[int], int]:
+    def plan_epochs(self, epochs: int = 1) -> tuple[list[int], int]:
         """Batches each of the next ``epochs`` epochs emits, and the source samples they score.
 
         Exact in ``fixed`` mode; the expected counts in ``probabilistic`` mode (kept share
@@ -294,13 +295,15 @@ class SiftingDataloader:
         """
         return self._plan(epochs, self.progress.consumed if self._resume else 0)
 
-    def _plan(self, epochs: int, resume_at: int) -> Tuple[List[int], int]:
+    def _plan(self, epochs: int, resume_at: int) -> tuple[list[int], int]:
         if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
             raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
         sizes = source_batch_sizes(self._planning_loader, self._batch_size)
         if self.selection_mode == "fixed" and sizes:
             self.sifter.fixed_keep_count(self._batch_size)  # raises if a full batch would keep nothing
-        return plan_epochs(self.sift_config, sizes, self._batch_size, self.delay.progress, self.num_pending, epochs, resume_at)
+        return plan_epochs(
+            self.sift_config, sizes, self._batch_size, self.delay.progress, self.num_pending, epochs, resume_at
+        )
 
     # -- checkpoints -----------------------------------------------------------------------
 
@@ -346,7 +349,7 @@ class SiftingDataloader:
         self._active = lambda: None  # iterators started before loading are void
         self._resume = self.progress.in_progress
 
-    def restore_pending(self, batch_size: Optional[int], saved: Optional[dict]) -> None:
+    def restore_pending(self, batch_size: int | None, saved: dict | None) -> None:
         """Part of ``load_state_dict``: the batch size and the checkpoint's waiting samples."""
         self._batch_size = batch_size
         if batch_size is not None and isinstance(self.batch_transforms, DefaultBatchTransform):
@@ -364,7 +367,7 @@ class SiftingDataloader:
         """Kept samples waiting for a full batch (carried into the next epoch)."""
         return len(self.pending) if self.pending is not None else 0
 
-    def pending_batch(self) -> Optional[SiftingBatch]:
+    def pending_batch(self) -> SiftingBatch | None:
         """The kept samples not yet emitted, as one ``SiftingBatch`` (None if none).
 
         Right after ``load_state_dict()`` and before the first scored batch, restored

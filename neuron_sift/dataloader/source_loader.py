@@ -1,6 +1,6 @@
 """What the loader learns from the source DataLoader: batch size, epoch size, wrappers."""
 
-from typing import Any, Optional, Tuple
+from typing import Any
 
 
 def underlying_dataloader(loader: Any) -> Any:
@@ -23,7 +23,7 @@ def underlying_dataloader(loader: Any) -> Any:
     return loader
 
 
-def sampler_info(loader: Any) -> Optional[Tuple[int, int, bool]]:
+def sampler_info(loader: Any) -> tuple[int, int, bool] | None:
     """(batch size, samples per epoch, drop_last) of a DataLoader, or None if unknown.
 
     Reads ``batch_size``/``drop_last``/``sampler`` or, for a loader built with
@@ -45,7 +45,7 @@ def sampler_info(loader: Any) -> Optional[Tuple[int, int, bool]]:
         return None
 
 
-def first_batch_size(loader: Any, batch_size: Optional[int]) -> Optional[int]:
+def first_batch_size(loader: Any, batch_size: int | None) -> int | None:
     """Samples in the source loader's first batch: the batch size, or fewer when the whole
     dataset is smaller (then that single batch is short). Used to tell which dimension of a
     list holds the samples."""

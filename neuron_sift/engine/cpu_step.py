@@ -25,7 +25,6 @@ the torch step runs everywhere else (CUDA, XLA, and the CPU without the extensio
 """
 
 from dataclasses import dataclass, field, fields
-from typing import Dict, Optional
 
 import numpy as np
 import torch
@@ -82,9 +81,9 @@ class HostSiftState:
     num_scored: int
     num_kept: int
     num_nonfinite: int
-    scratch: Dict[int, _Scratch] = field(default_factory=dict, repr=False)
+    scratch: dict[int, _Scratch] = field(default_factory=dict, repr=False)
     # history[:fill] sorted, kept so by the C kernels (derived state: never checkpointed)
-    ordered: Optional[np.ndarray] = field(default=None, repr=False)
+    ordered: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if _host is None:
@@ -104,7 +103,11 @@ class HostSiftState:
         return cls(history=history, **ints)
 
     def to_state(self) -> SiftState:
-        ints = {f.name: torch.tensor(getattr(self, f.name), dtype=torch.int64) for f in fields(SiftState) if f.name != "history"}
+        ints = {
+            f.name: torch.tensor(getattr(self, f.name), dtype=torch.int64)
+            for f in fields(SiftState)
+            if f.name != "history"
+        }
         return SiftState(history=torch.from_numpy(self.history.copy()), **ints)
 
 
@@ -135,8 +138,8 @@ def sift_step_cpu(
     mode: str,
     k: int,
     n_take: int,
-    shared_losses: Optional[torch.Tensor] = None,
-    shared_valid: Optional[torch.Tensor] = None,
+    shared_losses: torch.Tensor | None = None,
+    shared_valid: torch.Tensor | None = None,
 ) -> HostStepOutput:
     """``engine.step.sift_step`` on a ``HostSiftState`` (updated in place); rows ``[0, n_valid)`` are valid.
 

@@ -1,14 +1,14 @@
 """The engine object: owns the device state and turns per-sample losses into selections."""
 
-from typing import Callable, Dict, Optional, Tuple, Union
+from collections.abc import Callable
 
 import torch
 
+import neuron_sift.engine.step as step_module
 from neuron_sift.backends.base import Backend
 from neuron_sift.distributed import RankGroup
-from neuron_sift.engine.state import SiftState
 from neuron_sift.engine.cpu_step import HostSiftState, HostStepOutput, sift_step_cpu
-import neuron_sift.engine.step as step_module
+from neuron_sift.engine.state import SiftState
 from neuron_sift.engine.step import StepConstants, StepOutput, flat_inputs, flat_step, from_flat, sift_step
 from neuron_sift.exceptions import SiftConfigValidationException
 from neuron_sift.sift_config.sift_configs import RelativeProbabilisticSiftConfig
@@ -29,8 +29,8 @@ class Sifter:
         self,
         config: RelativeProbabilisticSiftConfig,
         backend: Backend,
-        ranks: Optional[RankGroup] = None,
-        host_step: Optional[bool] = None,
+        ranks: RankGroup | None = None,
+        host_step: bool | None = None,
     ):
         self.config = config
         self.backend = backend
@@ -46,10 +46,10 @@ class Sifter:
         if host_step and not backend.can_run_step_on_host:
             raise ValueError(f"host_step=True needs a CPU device and the C kernels, not {backend.device}")
         self._on_host = backend.runs_step_on_host if host_step is None else bool(host_step)
-        self._device_state: Optional[SiftState] = None
-        self._host_state: Optional[HostSiftState] = None
-        self._consts: Dict[int, StepConstants] = {}  # per padded batch size (device step)
-        self._step_fns: Dict[Tuple, Callable] = {}  # flat_step per key (see step())
+        self._device_state: SiftState | None = None
+        self._host_state: HostSiftState | None = None
+        self._consts: dict[int, StepConstants] = {}  # per padded batch size (device step)
+        self._step_fns: dict[tuple, Callable] = {}  # flat_step per key (see step())
         self._seed = int(seed) % _MAX_SEED
         # Made on the CPU; the setter places it (reading the seed there needs no device read).
         self.state = SiftState.create(config.loss_history_length, self._seed, torch.device("cpu"))
@@ -57,7 +57,7 @@ class Sifter:
         self._beta = backend.upload([config.beta_value], torch.float32)[0]
         # (valid rows, rows to take) -> device vector: uploaded once per distinct pair (in
         # practice two: full batches and the short last one), not once per source batch.
-        self._per_batch: Dict[Tuple[int, int], torch.Tensor] = {}
+        self._per_batch: dict[tuple[int, int], torch.Tensor] = {}
 
     @property
     def state(self) -> SiftState:
@@ -89,7 +89,7 @@ class Sifter:
         """Fixed mode: samples kept from a batch of ``n_valid`` real rows (padded to ``rows``)."""
         return min(self.config.fixed_keep_count(n_valid), self.fixed_keep_count(rows))
 
-    def step(self, losses: torch.Tensor, n_valid: int, batch_size: int) -> Union[StepOutput, HostStepOutput]:
+    def step(self, losses: torch.Tensor, n_valid: int, batch_size: int) -> StepOutput | HostStepOutput:
         """Issue the selection math for one source batch; ``losses`` may be short or padded."""
         rows = max(batch_size, int(losses.shape[0]))
         if losses.shape[0] < rows:  # pad to the static size; padding rows are masked out
@@ -136,7 +136,7 @@ class Sifter:
         self._device_state, out = from_flat(self.backend.run_step(key, fn, inputs))
         return out
 
-    def read_selection(self, out: Union[StepOutput, HostStepOutput]) -> Tuple[torch.Tensor, int]:
+    def read_selection(self, out: StepOutput | HostStepOutput) -> tuple[torch.Tensor, int]:
         """One host read: the kept row indices (source order, a CPU int64 tensor) and the non-finite count."""
         if isinstance(out, HostStepOutput):  # already on the host
             return torch.from_numpy(out.kept), out.num_nonfinite
@@ -144,7 +144,7 @@ class Sifter:
         count, nonfinite = int(packed[0]), int(packed[1])
         return packed[2 : 2 + count], nonfinite
 
-    def read_counts(self, out: StepOutput) -> Tuple[int, int]:
+    def read_counts(self, out: StepOutput) -> tuple[int, int]:
         """One host read of two scalars: kept count and non-finite count (device step only)."""
         packed = self.backend.to_host(torch.stack([out.count, out.num_nonfinite]))
         return int(packed[0]), int(packed[1])
@@ -155,7 +155,7 @@ class Sifter:
             return int(self._host_state.num_nonfinite)
         return int(self.backend.to_host(self._device_state.num_nonfinite))
 
-    def read_counters(self) -> Tuple[int, int, int, int]:
+    def read_counters(self) -> tuple[int, int, int, int]:
         """History fill and the scored, kept and non-finite counters, in one host read."""
         st = self.state
         fill, scored, kept, nonfinite = self.backend.to_host(

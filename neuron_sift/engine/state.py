@@ -1,7 +1,6 @@
 """Sifting state: every tensor that decides future selections, on the model's device."""
 
 from dataclasses import dataclass, fields
-from typing import Dict
 
 import torch
 
@@ -40,7 +39,7 @@ class SiftState:
             num_nonfinite=scalar(0),
         )
 
-    def tensors(self) -> Dict[str, torch.Tensor]:
+    def tensors(self) -> dict[str, torch.Tensor]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def to(self, device: torch.device) -> "SiftState":

@@ -9,13 +9,12 @@ method of the percentile kernel) comes in as a static argument from the backend:
 step never asks what device it runs on.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional, Tuple
 
 import torch
 
 from neuron_sift.engine.state import SiftState
-from neuron_sift.kernels.percentile import percentile_rank_auto
 from neuron_sift.kernels import (
     bernoulli_keep,
     compact_indices,
@@ -24,6 +23,7 @@ from neuron_sift.kernels import (
     keep_probability,
     ring_buffer_update,
 )
+from neuron_sift.kernels.percentile import percentile_rank_auto
 from neuron_sift.kernels.random import row_keys, seed_key, uniform_from_keys
 
 
@@ -77,11 +77,11 @@ def sift_step(
     mode: str,
     k: int,
     n_take: torch.Tensor,
-    shared_losses: Optional[torch.Tensor] = None,
-    shared_valid: Optional[torch.Tensor] = None,
-    consts: Optional[StepConstants] = None,
+    shared_losses: torch.Tensor | None = None,
+    shared_valid: torch.Tensor | None = None,
+    consts: StepConstants | None = None,
     sort_method: str = "search",
-) -> Tuple[SiftState, StepOutput]:
+) -> tuple[SiftState, StepOutput]:
     """One source batch. ``shared_losses``/``shared_valid`` (``[W * P]``, every rank's
     padded losses in rank order) make the history global: this rank's losses are ranked
     against it, and all ranks' losses are recorded, so every rank holds the same history.
@@ -141,25 +141,45 @@ _N_CONSTS = 5  # StepConstants' fields, in order
 
 
 def flat_step(
-    mode: str, k: int, shared: bool, step_fn: Optional[Callable] = None, sort_method: str = "search"
-) -> Callable[..., Tuple[torch.Tensor, ...]]:
+    mode: str, k: int, shared: bool, step_fn: Callable | None = None, sort_method: str = "search"
+) -> Callable[..., tuple[torch.Tensor, ...]]:
     """``sift_step`` (or ``step_fn``, with its signature) for one (mode, k, global history
     or not, sort method) as ``f(*flat_inputs(...))``, returning the new state's tensors
     then ``order``, ``count``, ``num_nonfinite``. Every argument here is static: a cache
     of built steps keys on all of them."""
     run = sift_step if step_fn is None else step_fn
 
-    def step(*tensors: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+    def step(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         state = SiftState(*tensors[:_N_STATE])
         losses, per_batch, beta = tensors[_N_STATE : _N_STATE + 3]
         consts = StepConstants(*tensors[_N_STATE + 3 : _N_STATE + 3 + _N_CONSTS])
         shared_losses, shared_valid = tensors[_N_STATE + 3 + _N_CONSTS :] if shared else (None, None)
         s, out = run(
-            state, losses, per_batch[0], beta, mode, k, per_batch[1], shared_losses, shared_valid, consts,
+            state,
+            losses,
+            per_batch[0],
+            beta,
+            mode,
+            k,
+            per_batch[1],
+            shared_losses,
+            shared_valid,
+            consts,
             sort_method=sort_method,
         )
-        return (s.history, s.pos, s.fill, s.seed, s.draws, s.num_scored, s.num_kept, s.num_nonfinite,
-                out.order, out.count, out.num_nonfinite)
+        return (
+            s.history,
+            s.pos,
+            s.fill,
+            s.seed,
+            s.draws,
+            s.num_scored,
+            s.num_kept,
+            s.num_nonfinite,
+            out.order,
+            out.count,
+            out.num_nonfinite,
+        )
 
     step.__name__ = f"sift_step_{mode}"
     return step
@@ -171,17 +191,33 @@ def flat_inputs(
     per_batch: torch.Tensor,
     beta: torch.Tensor,
     consts: StepConstants,
-    shared_losses: Optional[torch.Tensor] = None,
-    shared_valid: Optional[torch.Tensor] = None,
-) -> Tuple[torch.Tensor, ...]:
+    shared_losses: torch.Tensor | None = None,
+    shared_valid: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, ...]:
     """The inputs of ``flat_step``: ``per_batch`` is the ``[2]`` vector (valid rows, rows to take)."""
     s, c = state, consts
-    tensors = (s.history, s.pos, s.fill, s.seed, s.draws, s.num_scored, s.num_kept, s.num_nonfinite,
-               losses, per_batch, beta, c.rows, c.row_hash, c.seed_mix, c.slots, c.picks)
+    tensors = (
+        s.history,
+        s.pos,
+        s.fill,
+        s.seed,
+        s.draws,
+        s.num_scored,
+        s.num_kept,
+        s.num_nonfinite,
+        losses,
+        per_batch,
+        beta,
+        c.rows,
+        c.row_hash,
+        c.seed_mix,
+        c.slots,
+        c.picks,
+    )
     return tensors if shared_losses is None else tensors + (shared_losses, shared_valid)
 
 
-def from_flat(outputs: Tuple[torch.Tensor, ...]) -> Tuple[SiftState, StepOutput]:
+def from_flat(outputs: tuple[torch.Tensor, ...]) -> tuple[SiftState, StepOutput]:
     """``flat_step``'s outputs as the new state and the step's output."""
     order, count, num_nonfinite = outputs[_N_STATE:]
     return SiftState(*outputs[:_N_STATE]), StepOutput(order=order, count=count, num_nonfinite=num_nonfinite)

@@ -23,19 +23,35 @@ the same values, regrouped; it kept no count of unpaired batches, so that count 
 at 0, as version 1's own loader did on resume.
 """
 
-from typing import Any, Dict
+from typing import Any
 
 STATE_KIND = "EpochSiftingDataloader"
 STATE_VERSION = 2
 PARTS = ("planner", "progress", "tables", "shares", "guard", "pairing", "history")
 
 _V1_KEYS = (
-    "policy", "kept_share", "n", "batch_size", "rank", "world_size", "seed", "epochs_started", "in_progress",
-    "position", "plan", "scores", "nonfinite", "mine", "carried", "streak", "history", "counts",
+    "policy",
+    "kept_share",
+    "n",
+    "batch_size",
+    "rank",
+    "world_size",
+    "seed",
+    "epochs_started",
+    "in_progress",
+    "position",
+    "plan",
+    "scores",
+    "nonfinite",
+    "mine",
+    "carried",
+    "streak",
+    "history",
+    "counts",
 )
 
 
-def current_layout(state: Any) -> Dict[str, Any]:
+def current_layout(state: Any) -> dict[str, Any]:
     """``state`` in the current layout, or a ``ValueError`` naming what it is instead."""
     if not isinstance(state, dict) or state.get("kind") != STATE_KIND:
         raise ValueError(
@@ -53,13 +69,13 @@ def current_layout(state: Any) -> Dict[str, Any]:
     return state
 
 
-def _require(state: Dict[str, Any], keys: Any, version: Any) -> None:
+def _require(state: dict[str, Any], keys: Any, version: Any) -> None:
     missing = [k for k in keys if k not in state]
     if missing:
         raise ValueError(f"EpochSiftingDataloader state version {version} is incomplete: no {', '.join(missing)}")
 
 
-def _from_version_1(old: Dict[str, Any]) -> Dict[str, Any]:
+def _from_version_1(old: dict[str, Any]) -> dict[str, Any]:
     _require(old, _V1_KEYS, 1)
     counts = old["counts"]
     return {

@@ -8,7 +8,7 @@ samples whose streak reached ``noise_guard_epochs`` (warm-up and annealing epoch
 train on them); see ``EpochSiftConfig``.
 """
 
-from typing import Any, Dict, Optional
+from typing import Any
 
 import torch
 
@@ -27,7 +27,7 @@ class NoiseGuard:
     def enabled(self) -> bool:
         return self.config.noise_guard_epochs > 0
 
-    def update(self, scores: torch.Tensor, trained: Optional[torch.Tensor]) -> None:
+    def update(self, scores: torch.Tensor, trained: torch.Tensor | None) -> None:
         """Extend or reset the streaks of the samples ``trained`` in the last epoch (ids, or
         None before any epoch) from the merged ``scores`` that epoch left."""
         if not self.enabled or trained is None:
@@ -43,14 +43,14 @@ class NoiseGuard:
         bumped = torch.where(high, self.streak + 1, torch.zeros_like(self.streak))
         self.streak = torch.where(was_trained, bumped, self.streak)
 
-    def excluded(self) -> Optional[torch.Tensor]:
+    def excluded(self) -> torch.Tensor | None:
         """``[N]`` bool, the samples the next sifted plan leaves out; None with the guard off."""
         if not self.enabled:
             return None
         return self.streak >= self.config.noise_guard_epochs
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         return {"streak": self.streak.clone()}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.streak = state["streak"].clone()

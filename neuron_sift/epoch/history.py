@@ -7,7 +7,7 @@ epochs before the interruption too, so the record travels in the checkpoint.
 """
 
 import logging
-from typing import TYPE_CHECKING, Any, Dict, List
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -27,8 +27,8 @@ class EpochHistory:
 
     def __init__(self, n: int) -> None:
         self.n = n
-        self.entries: List[Dict[str, Any]] = []
-        self.timings: Dict[str, float] = {"planning": 0.0, "weighted_loss": 0.0}
+        self.entries: list[dict[str, Any]] = []
+        self.timings: dict[str, float] = {"planning": 0.0, "weighted_loss": 0.0}
 
     def planned(self, plan: EpochPlan, batches: int, seconds: float) -> None:
         self.timings["planning"] += seconds
@@ -47,7 +47,14 @@ class EpochHistory:
         self.entries.append(entry)
         logger.info(
             "epoch %d (%s): %d of %d samples (%.3f), %d batches, mean weight %.3f, planned in %.4f s",
-            plan.epoch, plan.kind, plan.kept, self.n, entry["kept_share"], batches, entry["mean_weight"], seconds,
+            plan.epoch,
+            plan.kind,
+            plan.kept,
+            self.n,
+            entry["kept_share"],
+            batches,
+            entry["mean_weight"],
+            seconds,
         )
 
     def spent(self, kind: str, seconds: float) -> None:
@@ -57,17 +64,17 @@ class EpochHistory:
     def machinery_seconds(self) -> float:
         return self.timings["planning"] + self.timings["weighted_loss"]
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         """The entries; the timings are not kept (they measure this process)."""
         return {"epochs": [dict(h) for h in self.entries]}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.entries = [dict(h) for h in state["epochs"]]
 
 
 def epoch_report(
     history: EpochHistory, progress: "EpochProgress", pairing: "PairingQueue", tables: "ScoreTables"
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """``EpochSiftingDataloader.metrics()``: every part's counts in one snapshot (one host
     read of the score table on a device)."""
     scores = tables.snapshot()

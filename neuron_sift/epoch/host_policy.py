@@ -8,8 +8,6 @@ fixed-point iteration (a few passes over the table instead of a sort) do the sam
 with fewer passes; ``benchmarks/epoch_machinery.py`` times it.
 """
 
-from typing import Optional
-
 import numpy as np
 
 
@@ -65,7 +63,7 @@ def keep_priorities_np(
     return p
 
 
-def scale_to_count_np(priorities: np.ndarray, count: float, forced: Optional[np.ndarray] = None) -> np.ndarray:
+def scale_to_count_np(priorities: np.ndarray, count: float, forced: np.ndarray | None = None) -> np.ndarray:
     """``policy.scale_to_count`` in NumPy (float64): ``pi = min(1, c * p)`` summing to
     ``count``, ``forced`` samples at 1, found by fixed-point iteration on the capped set
     (it only grows, so at most N passes; in practice a handful)."""

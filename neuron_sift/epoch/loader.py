@@ -17,7 +17,8 @@ their composition plus a version (``checkpoint.py``).
 """
 
 import time
-from typing import Any, Dict, Iterator, List, Optional
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -76,14 +77,16 @@ class EpochSiftingDataloader:
         self,
         sift_config: Any,
         orig_dataloader: Any,
-        num_epochs: Optional[int] = None,
+        num_epochs: int | None = None,
         *,
-        backend: Optional[str] = None,
-        distributed: Optional[bool] = None,
-        device: Optional[Any] = None,
+        backend: str | None = None,
+        distributed: bool | None = None,
+        device: Any | None = None,
     ) -> None:
         self.sift_config = coerce_epoch_config(sift_config)
-        if num_epochs is not None and (isinstance(num_epochs, bool) or not isinstance(num_epochs, int) or num_epochs < 1):
+        if num_epochs is not None and (
+            isinstance(num_epochs, bool) or not isinstance(num_epochs, int) or num_epochs < 1
+        ):
             raise ValueError(f"num_epochs must be an int >= 1 or None, got {num_epochs!r}")
         self.num_epochs = num_epochs
         if backend is not None and backend not in BACKEND_NAMES:
@@ -108,7 +111,7 @@ class EpochSiftingDataloader:
             self.ranks.rank,
         )
         self.tables = ScoreTables(self.n)
-        self.backend: Optional[Backend] = None
+        self.backend: Backend | None = None
         if dev is not None:
             self._place(dev)
         self.pairing = PairingQueue()
@@ -138,7 +141,7 @@ class EpochSiftingDataloader:
         return self.progress.epochs_started
 
     @property
-    def plan(self) -> Optional[EpochPlan]:
+    def plan(self) -> EpochPlan | None:
         """The current (or last) epoch's plan."""
         return self.progress.plan
 
@@ -148,17 +151,17 @@ class EpochSiftingDataloader:
         return self.progress.resuming
 
     @property
-    def history(self) -> List[Dict[str, Any]]:
+    def history(self) -> list[dict[str, Any]]:
         """One entry per planned epoch: kind, kept count and share, weights, batches."""
         return self.epoch_log.entries
 
     @property
-    def counts(self) -> Dict[str, int]:
+    def counts(self) -> dict[str, int]:
         """Losses and batches recorded, batches yielded."""
         return self.pairing.counts
 
     @property
-    def timings(self) -> Dict[str, float]:
+    def timings(self) -> dict[str, float]:
         return self.epoch_log.timings
 
     @property
@@ -174,7 +177,7 @@ class EpochSiftingDataloader:
         known = self.progress.known_length()
         return known if known is not None else self.planner.epoch_batches(self.progress.epochs_started)
 
-    def planned_steps(self, epochs: Optional[int] = None) -> int:
+    def planned_steps(self, epochs: int | None = None) -> int:
         """Batches this rank trains from now on: the rest of an epoch in progress plus the next
         epochs, up to ``num_epochs`` (``epochs``: that many epochs, the one in progress counted
         first). Exact with a budget; for unbudgeted sifted epochs the expected count (the
@@ -251,7 +254,9 @@ class EpochSiftingDataloader:
         if self.backend is None:
             self._place(device)
         elif not self.backend.same_device(device, self.backend.device):
-            raise LossOutputException(f"weighted_loss got losses on {device} but the score tables live on {self.tables.device}")
+            raise LossOutputException(
+                f"weighted_loss got losses on {device} but the score tables live on {self.tables.device}"
+            )
         ids, done, epoch = self.pairing.take(per_sample, per_sample.shape[0], partial)
         out = self.tables.weighted_mean(ids, per_sample, epoch)
         if epoch != self.progress.epochs_started:  # a batch carried from the previous epoch
@@ -263,7 +268,7 @@ class EpochSiftingDataloader:
 
     # -- checkpoints ---------------------------------------------------------------------
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         """Everything that decides the rest of the run, as CPU tensors and plain values (loads
         with ``torch.load(weights_only=True)``): each part's own state under its name, plus
         the version (layout: ``neuron_sift/epoch/checkpoint.py``). Take it between training
@@ -283,7 +288,7 @@ class EpochSiftingDataloader:
             "history": self.epoch_log.state_dict(),
         }
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a ``state_dict()`` (this version's, or version 1's, converted); the next
         ``iter()`` continues where it was taken.
 
@@ -312,6 +317,6 @@ class EpochSiftingDataloader:
         the weighted mean the loop would compute anyway)."""
         return self.epoch_log.machinery_seconds
 
-    def metrics(self) -> Dict[str, Any]:
+    def metrics(self) -> dict[str, Any]:
         """Counts, the current plan and the table (one host read of the scores on a device)."""
         return epoch_report(self.epoch_log, self.progress, self.pairing, self.tables)

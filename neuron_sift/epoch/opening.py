@@ -10,7 +10,6 @@ Epochs that plan without scores (warm-up, annealing) skip the transfer and the m
 
 import logging
 import time
-from typing import List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -41,14 +40,16 @@ class EpochOpener:
         self.guard = guard
         self.history = history
 
-    def open(self, epoch: int, previous: Optional[EpochPlan]) -> Tuple[EpochPlan, List[np.ndarray]]:
+    def open(self, epoch: int, previous: EpochPlan | None) -> tuple[EpochPlan, list[np.ndarray]]:
         """The plan of ``epoch`` and this rank's batches of it; ``previous``: the plan of the
         epoch that just ended (its trained samples update the guard)."""
         start = time.perf_counter()
         planner = self.planner
         if planner.num_epochs is not None and epoch == planner.num_epochs:
             logger.warning(
-                "EpochSiftingDataloader: epoch %d is past num_epochs=%d; it trains on all data", epoch + 1, planner.num_epochs
+                "EpochSiftingDataloader: epoch %d is past num_epochs=%d; it trains on all data",
+                epoch + 1,
+                planner.num_epochs,
             )
         if planner.needs_scores(epoch):
             scores = self.shares.merge(self.tables.snapshot())
@@ -64,7 +65,7 @@ class EpochOpener:
         self.history.planned(plan, len(batches), time.perf_counter() - start)
         return plan, batches
 
-    def restore(self, plan: Optional[EpochPlan], epochs_started: int) -> None:
+    def restore(self, plan: EpochPlan | None, epochs_started: int) -> None:
         """A checkpoint's plan in progress: its weights apply again to the batches still to come."""
         if plan is not None:
             self.tables.set_weights(plan.weights, epochs_started)

@@ -22,7 +22,7 @@ recorded, batches dropped unpaired): it is where each of those events happens.
 import threading
 import weakref
 from collections import deque
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any
 
 import numpy as np
 import torch
@@ -53,14 +53,14 @@ class PairingQueue:
     """FIFO of yielded batches' ids; thread-safe (a prefetching wrapper pushes from its own thread)."""
 
     def __init__(self) -> None:
-        self._queue: Deque[List[Any]] = deque()  # [ids, offset, tag]
+        self._queue: deque[list[Any]] = deque()  # [ids, offset, tag]
         self._lock = threading.Lock()
-        self._last: Optional["weakref.ref[Any]"] = None
-        self._counts: Dict[str, int] = dict.fromkeys(COUNTS, 0)
+        self._last: weakref.ref[Any] | None = None
+        self._counts: dict[str, int] = dict.fromkeys(COUNTS, 0)
         self.dropped_batches = 0  # yielded but never paired (counted when an epoch restarts)
 
     @property
-    def counts(self) -> Dict[str, int]:
+    def counts(self) -> dict[str, int]:
         """Losses and batches recorded, batches yielded (a copy)."""
         with self._lock:
             return dict(self._counts)
@@ -84,7 +84,7 @@ class PairingQueue:
             self._last = None
             return n
 
-    def take(self, loss_tensor: torch.Tensor, n: int, partial: bool) -> Tuple[np.ndarray, bool, int]:
+    def take(self, loss_tensor: torch.Tensor, n: int, partial: bool) -> tuple[np.ndarray, bool, int]:
         """The ids the next ``n`` losses belong to, whether their batch is now complete, and its tag."""
         with self._lock:
             last = self._last() if self._last is not None else None
@@ -104,9 +104,7 @@ class PairingQueue:
             if n > left or (n < left and not partial):
                 where = f"{left} of its {len(ids)} samples still waiting" if offset else f"{len(ids)} samples"
                 hint = (
-                    " If the batch is split into micro-batches, pass partial=True with each part."
-                    if n < left
-                    else ""
+                    " If the batch is split into micro-batches, pass partial=True with each part." if n < left else ""
                 )
                 raise LossOutputException(
                     f"weighted_loss got {n} losses but the batch they belong to has {where}; pass one loss per "
@@ -127,12 +125,12 @@ class PairingQueue:
 
     # -- checkpoints -----------------------------------------------------------------------
 
-    def state_dict(self) -> Dict[str, int]:
+    def state_dict(self) -> dict[str, int]:
         """The counts. Waiting batches are not kept: a resumed run yields them again."""
         with self._lock:
             return {**self._counts, "dropped_batches": self.dropped_batches}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         with self._lock:
             self._queue.clear()
             self._last = None

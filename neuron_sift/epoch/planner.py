@@ -19,7 +19,7 @@ order; the samples hit are kept. Each sample is kept with probability exactly ``
 
 import math
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 import numpy as np
 import torch
@@ -60,7 +60,7 @@ class EpochPlan:
     def kept(self) -> int:
         return int(self.order.shape[0])
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         """The plan as CPU tensors and plain values: a resumed run trains the rest of this very
         plan instead of re-planning from scores that have moved on since."""
         return {
@@ -73,7 +73,7 @@ class EpochPlan:
         }
 
     @classmethod
-    def from_state(cls, state: Dict[str, Any]) -> "EpochPlan":
+    def from_state(cls, state: dict[str, Any]) -> "EpochPlan":
         return cls(
             int(state["epoch"]),
             str(state["kind"]),
@@ -98,7 +98,7 @@ class EpochPlanner:
         batch_size: int,
         drop_last: bool,
         seed: int,
-        num_epochs: Optional[int] = None,
+        num_epochs: int | None = None,
         world_size: int = 1,
         rank: int = 0,
     ) -> None:
@@ -162,7 +162,7 @@ class EpochPlanner:
         b = self.batch_size
         return per_rank // b if self.drop_last else -(-per_rank // b)
 
-    def expected_count(self, epoch: int, scores: Optional[torch.Tensor] = None) -> int:
+    def expected_count(self, epoch: int, scores: torch.Tensor | None = None) -> int:
         """Samples that epoch ``epoch`` trains on over all ranks: exact for full and budgeted
         epochs; for an unbudgeted sifted epoch, planned from ``scores`` when given (the
         current table), else from the config's expected share (``below_mean`` without
@@ -183,7 +183,7 @@ class EpochPlanner:
         budgeted epochs, the expected count otherwise)."""
         return self.rank_batches(self.expected_count(epoch))
 
-    def planned_steps(self, next_epoch: int, left_in_current: int = 0, epochs: Optional[int] = None) -> int:
+    def planned_steps(self, next_epoch: int, left_in_current: int = 0, epochs: int | None = None) -> int:
         """Batches this rank trains from now on: ``left_in_current`` of an epoch in progress
         (0: none) plus epochs ``next_epoch, ...`` up to ``num_epochs``, or ``epochs`` epochs
         in all (the one in progress counted first). See ``EpochSiftingDataloader.planned_steps``."""
@@ -211,7 +211,7 @@ class EpochPlanner:
 
     # -- checkpoints -----------------------------------------------------------------------
 
-    def settings(self) -> Dict[str, Any]:
+    def settings(self) -> dict[str, Any]:
         """What a checkpoint must agree on: another dataset size, batch size, rank layout or
         policy would make its plan and scores mean something else."""
         return {
@@ -223,17 +223,17 @@ class EpochPlanner:
             "kept_share": self.config.kept_share,
         }
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         """The seed (every later plan follows from it) and the settings it is only valid with."""
         return {"seed": self.seed, **self.settings()}
 
-    def check_state(self, state: Dict[str, Any]) -> None:
+    def check_state(self, state: dict[str, Any]) -> None:
         """Refuse a state of another setup before anything is loaded."""
         for key, mine in self.settings().items():
             if state[key] != mine:
                 raise ValueError(f"checkpoint has {key}={state[key]!r} but this loader has {mine!r}")
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.check_state(state)
         self.seed = int(state["seed"])
 
@@ -244,7 +244,7 @@ class EpochPlanner:
         values = scores.detach().cpu().to(torch.float32).numpy()
         return keep_priorities_np(values, c.policy, c.beta_value, c.min_keep_probability, c.prune_ratio)
 
-    def plan(self, epoch: int, scores: torch.Tensor, excluded: Optional[torch.Tensor] = None) -> EpochPlan:
+    def plan(self, epoch: int, scores: torch.Tensor, excluded: torch.Tensor | None = None) -> EpochPlan:
         """The plan of epoch ``epoch`` (0-based) from ``scores`` (``[N]`` CPU, NaN = unscored)
         and the guard's ``excluded`` samples (``[N]`` bool, or None)."""
         rng = np.random.Generator(np.random.PCG64(_epoch_seed(self.seed, epoch)))
@@ -255,21 +255,29 @@ class EpochPlanner:
         if kind != "sift" or bool(unscored.all()):
             k = self._whole(self.n)
             ones = torch.ones(self.n, dtype=torch.float32)
-            return EpochPlan(epoch, kind if kind != "sift" else "sift-unscored", torch.from_numpy(perm[:k].copy()), ones, ones)
+            return EpochPlan(
+                epoch, kind if kind != "sift" else "sift-unscored", torch.from_numpy(perm[:k].copy()), ones, ones
+            )
         p = self._priorities(scores)
         n_excluded = 0
         if excluded is not None and self.config.noise_guard_epochs > 0:
             out = excluded.cpu().numpy() & ~unscored
             n_excluded = int(out.sum())
             p = np.where(out, np.float32(0.0), p)
-        k = self.budget_count() if self.config.kept_share is not None else self.free_count(float(p.sum(dtype=np.float64)))
+        k = (
+            self.budget_count()
+            if self.config.kept_share is not None
+            else self.free_count(float(p.sum(dtype=np.float64)))
+        )
         k = min(k, self._whole(int((p > 0).sum())))
         pi = scale_to_count_np(p, float(k), unscored)
         order = systematic_sample_np(pi, perm, k, float(rng.random()))
         weights = loss_weights(torch.from_numpy(pi), self.config.max_weight)
-        return EpochPlan(epoch, "sift", torch.from_numpy(order), weights, torch.from_numpy(pi.astype(np.float32)), n_excluded)
+        return EpochPlan(
+            epoch, "sift", torch.from_numpy(order), weights, torch.from_numpy(pi.astype(np.float32)), n_excluded
+        )
 
-    def rank_batches_of(self, plan: EpochPlan) -> List[np.ndarray]:
+    def rank_batches_of(self, plan: EpochPlan) -> list[np.ndarray]:
         """This rank's batches of ``plan``: every ``world_size``-th id from ``rank``, cut into
         batches of ``batch_size`` (the last one short unless ``drop_last``)."""
         mine = plan.order[self.rank :: self.world_size].numpy()

@@ -17,8 +17,6 @@ objective) and a weight clipped by ``max_weight`` (``E`` then falls short by
 ``(1 - pi_i * max_weight) * l_i / N`` for each such sample).
 """
 
-from typing import Optional
-
 import torch
 
 from neuron_sift.kernels.scores import percentile_of_all
@@ -59,7 +57,7 @@ def keep_priorities(
     return torch.where(seen, p, torch.ones_like(p))
 
 
-def scale_to_count(priorities: torch.Tensor, count: torch.Tensor, forced: Optional[torch.Tensor] = None) -> torch.Tensor:
+def scale_to_count(priorities: torch.Tensor, count: torch.Tensor, forced: torch.Tensor | None = None) -> torch.Tensor:
     """Inclusion probabilities ``pi = min(1, c * p)`` summing to ``count`` (water-filling).
 
     ``priorities``: ``[N]`` in ``[0, 1]`` (0: never kept); ``count``: a scalar tensor, the
@@ -95,7 +93,7 @@ def scale_to_count(priorities: torch.Tensor, count: torch.Tensor, forced: Option
     return torch.where(forced, share.expand_as(pi), pi)
 
 
-def loss_weights(inclusion: torch.Tensor, max_weight: Optional[float] = None) -> torch.Tensor:
+def loss_weights(inclusion: torch.Tensor, max_weight: float | None = None) -> torch.Tensor:
     """``1 / pi`` for every sample with ``pi > 0`` (1 elsewhere: such a sample is never
     trained on), optionally clipped at ``max_weight`` (biased where it clips). float32."""
     pi = inclusion.to(torch.float64)

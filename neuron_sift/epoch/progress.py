@@ -13,7 +13,8 @@ never interleave one epoch's batches.
 """
 
 import logging
-from typing import Any, Dict, Iterable, Iterator, List, Optional
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -43,8 +44,8 @@ class EpochProgress:
         self.opener = opener
         self.pairing = pairing
         self.epochs_started = 0
-        self.plan: Optional[EpochPlan] = None
-        self.batches: List[np.ndarray] = []
+        self.plan: EpochPlan | None = None
+        self.batches: list[np.ndarray] = []
         self.position = 0  # batches of the current epoch whose losses are recorded
         self.in_progress = False
         self.resuming = False  # a checkpoint's epoch in progress: the next iter() continues it
@@ -53,7 +54,7 @@ class EpochProgress:
 
     # -- lengths ---------------------------------------------------------------------------
 
-    def known_length(self) -> Optional[int]:
+    def known_length(self) -> int | None:
         """This rank's batches of the epoch that the next ``iter()`` runs or that is running
         (only those left when resuming); None when that epoch is not planned yet."""
         if self.resuming:
@@ -103,7 +104,9 @@ class EpochProgress:
         j = start
         for batch in self.loader:
             if token != self._token:
-                raise RuntimeError("EpochSiftingDataloader: a new iteration was started; this iterator is no longer valid")
+                raise RuntimeError(
+                    "EpochSiftingDataloader: a new iteration was started; this iterator is no longer valid"
+                )
             self.pairing.push(self.batches[j], self.epochs_started)
             j += 1
             yield batch
@@ -124,7 +127,7 @@ class EpochProgress:
 
     # -- checkpoints -----------------------------------------------------------------------
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         """The plan in progress and the position in it; an epoch whose batches all have their
         losses is saved as finished, so a resume starts the next one."""
         return {
@@ -134,7 +137,7 @@ class EpochProgress:
             "plan": None if self.plan is None else self.plan.state_dict(),
         }
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epochs_started = int(state["epochs_started"])
         self.position = int(state["position"])
         self.plan = None if state["plan"] is None else EpochPlan.from_state(state["plan"])

@@ -7,7 +7,7 @@ scores and therefore compute the same global plan. ``RankShares`` remembers whic
 this rank trained since the last merge; ``merge_over_ranks`` is the merge itself.
 """
 
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,7 +30,7 @@ class RankShares:
         """Whether other ranks hold scores too (then the merged scores replace this rank's)."""
         return self.ranks.active
 
-    def planned(self, batches: List[np.ndarray]) -> None:
+    def planned(self, batches: list[np.ndarray]) -> None:
         """This rank's batches of the epoch just planned: their scores are this rank's to share."""
         if batches:
             self.mine[torch.from_numpy(np.concatenate(batches))] = True
@@ -47,16 +47,16 @@ class RankShares:
         self.carried.zero_()
         return merged
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         return {"mine": self.mine.clone(), "carried": self.carried.clone()}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.mine = state["mine"].clone()
         self.carried = state["carried"].clone()
 
 
 def merge_over_ranks(
-    scores: torch.Tensor, mine: torch.Tensor, ranks: RankGroup, carried: Optional[torch.Tensor] = None
+    scores: torch.Tensor, mine: torch.Tensor, ranks: RankGroup, carried: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Every rank's scores for the samples it trained on since the last merge, combined.
 
@@ -75,7 +75,9 @@ def merge_over_ranks(
     seen = ~torch.isnan(scores)
     a, b = mine & seen, carried & ~mine & seen
     zero = torch.zeros_like(scores)
-    parts = torch.stack([torch.where(a, scores, zero), a.to(torch.float32), torch.where(b, scores, zero), b.to(torch.float32)])
+    parts = torch.stack(
+        [torch.where(a, scores, zero), a.to(torch.float32), torch.where(b, scores, zero), b.to(torch.float32)]
+    )
     import torch.distributed as dist
 
     buf = parts.to(ranks.device)

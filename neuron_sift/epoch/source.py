@@ -9,8 +9,9 @@ copied with the new DataLoader inside. Nothing is patched globally.
 """
 
 import copy
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any
 
 import numpy as np
 from torch.utils.data import DataLoader, IterableDataset, Sampler
@@ -30,7 +31,7 @@ class SourceInfo:
     n: int
     batch_size: int
     drop_last: bool
-    generator_seed: Optional[int]
+    generator_seed: int | None
 
 
 def inspect_source(orig: Any) -> SourceInfo:
@@ -50,7 +51,9 @@ def inspect_source(orig: Any) -> SourceInfo:
     try:
         n = len(ds)
     except TypeError as exc:
-        raise TypeError(f"EpochSiftingDataloader needs {SUPPORTED}; the dataset {type(ds).__name__} has no length") from exc
+        raise TypeError(
+            f"EpochSiftingDataloader needs {SUPPORTED}; the dataset {type(ds).__name__} has no length"
+        ) from exc
     if n < 1:
         raise ValueError("EpochSiftingDataloader: the dataset is empty")
     b, drop_last = loader.batch_size, loader.drop_last
@@ -69,14 +72,14 @@ def inspect_source(orig: Any) -> SourceInfo:
     return SourceInfo(loader, hops, n, b, bool(drop_last), int(gen.initial_seed()) if gen is not None else None)
 
 
-class PlannedBatchSampler(Sampler[List[int]]):
+class PlannedBatchSampler(Sampler[list[int]]):
     """Yields the planned batches of the current epoch from ``start`` (set by the loader)."""
 
     def __init__(self) -> None:
-        self.batches: List[np.ndarray] = []
+        self.batches: list[np.ndarray] = []
         self.start = 0
 
-    def __iter__(self) -> Iterator[List[int]]:
+    def __iter__(self) -> Iterator[list[int]]:
         for ids in self.batches[self.start :]:
             yield ids.tolist()
 
@@ -87,7 +90,7 @@ class PlannedBatchSampler(Sampler[List[int]]):
 def rebuild(orig: Any, info: SourceInfo, batch_sampler: PlannedBatchSampler) -> Any:
     """The user's loader (and wrapper) with ``batch_sampler`` in place of its sampling."""
     src = info.dataloader
-    kwargs: Dict[str, Any] = dict(
+    kwargs: dict[str, Any] = dict(
         num_workers=src.num_workers,
         collate_fn=src.collate_fn,
         pin_memory=src.pin_memory,

@@ -8,7 +8,7 @@ nothing read back; the scores cross to the host once per epoch (``snapshot``) to
 next one. On the host the same writes are plain array stores, deferred and batched.
 """
 
-from typing import Any, Dict, List, Optional, Tuple, cast
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -22,17 +22,17 @@ class ScoreTables:
 
     def __init__(self, n: int) -> None:
         self.n = n
-        self.device: Optional[torch.device] = None  # None until placed: host arrays meanwhile
+        self.device: torch.device | None = None  # None until placed: host arrays meanwhile
         self._scores = np.full(n + 1, np.nan, dtype=np.float32)
         self._weights = np.ones(n, dtype=np.float32)
         self._uniform = True  # every weight is 1 (a full epoch)
-        self._pending: List[Tuple[np.ndarray, torch.Tensor]] = []  # host mode: recorded, not yet written
+        self._pending: list[tuple[np.ndarray, torch.Tensor]] = []  # host mode: recorded, not yet written
         self._nonfinite = 0
-        self._dev_scores: Optional[torch.Tensor] = None
-        self._dev_weights: Optional[torch.Tensor] = None
-        self._dev_nonfinite: Optional[torch.Tensor] = None
+        self._dev_scores: torch.Tensor | None = None
+        self._dev_weights: torch.Tensor | None = None
+        self._dev_nonfinite: torch.Tensor | None = None
         # (tag, host weights, device weights) of the epoch before: its carried batches need them
-        self._previous: Optional[Tuple[int, np.ndarray, Optional[torch.Tensor]]] = None
+        self._previous: tuple[int, np.ndarray, torch.Tensor | None] | None = None
         self.tag = 0
 
     @property
@@ -52,16 +52,16 @@ class ScoreTables:
 
     # -- per step ---------------------------------------------------------------------------
 
-    def record(self, ids: np.ndarray, losses: torch.Tensor, tag: Optional[int] = None) -> torch.Tensor:
+    def record(self, ids: np.ndarray, losses: torch.Tensor, tag: int | None = None) -> torch.Tensor:
         """Record ``losses`` as the scores of ``ids``; returns their weights on the losses' device
         (those of epoch ``tag``: the current one, or the one before for a carried batch)."""
         return self._record(ids, losses, tag, mean=False)
 
-    def weighted_mean(self, ids: np.ndarray, losses: torch.Tensor, tag: Optional[int] = None) -> torch.Tensor:
+    def weighted_mean(self, ids: np.ndarray, losses: torch.Tensor, tag: int | None = None) -> torch.Tensor:
         """``record``, then the weighted mean ``sum(w_i * l_i) / n`` (``kernels.scores.weighted_mean``)."""
         return self._record(ids, losses, tag, mean=True)
 
-    def _record(self, ids: np.ndarray, losses: torch.Tensor, tag: Optional[int], mean: bool) -> torch.Tensor:
+    def _record(self, ids: np.ndarray, losses: torch.Tensor, tag: int | None, mean: bool) -> torch.Tensor:
         host_w, dev_w = self._weights, self._dev_weights
         if tag is not None and tag != self.tag and self._previous is not None and self._previous[0] == tag:
             host_w, dev_w = self._previous[1], self._previous[2]
@@ -148,12 +148,11 @@ class ScoreTables:
 
     # -- checkpoints ------------------------------------------------------------------------
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         """Scores and the non-finite count, on the CPU (one host read on a device). The weights
         are not kept: they follow from the plan in progress."""
         return {"scores": self.snapshot(), "nonfinite": self.nonfinite()}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.load_scores(state["scores"])
         self.set_nonfinite(int(state["nonfinite"]))
-

@@ -26,7 +26,8 @@ ignored) of the token cross-entropy.
 """
 
 import logging
-from typing import Any, Callable, Dict, Iterator, Optional, Union
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -45,7 +46,7 @@ class EpochStream:
     def __init__(self, loader: EpochSiftingDataloader, per_epoch: int) -> None:
         self.epoch_sifting_dataloader = loader
         self.per_epoch = max(1, int(per_epoch))
-        self._it: Optional[Iterator[Any]] = None
+        self._it: Iterator[Any] | None = None
 
     def __len__(self) -> int:
         return self.per_epoch
@@ -62,7 +63,7 @@ class EpochStream:
                 self._it = None
                 empty += 1
                 if empty > 2:
-                    raise RuntimeError("EpochStream: the loader yields no batches")
+                    raise RuntimeError("EpochStream: the loader yields no batches") from None
                 continue
             empty = 0
             n += 1
@@ -82,7 +83,7 @@ def per_sample_causal_lm(logits: torch.Tensor, labels: torch.Tensor, ignore_inde
     return (tok * valid).sum(1) / valid.sum(1).clamp(min=1.0)
 
 
-def _per_sample(kind: Union[str, Callable[..., torch.Tensor], None], outputs: Any, inputs: Dict[str, Any]) -> torch.Tensor:
+def _per_sample(kind: str | Callable[..., torch.Tensor] | None, outputs: Any, inputs: dict[str, Any]) -> torch.Tensor:
     labels: Any = inputs.get("labels")
     if callable(kind):
         return kind(outputs, inputs)
@@ -99,9 +100,9 @@ def _per_sample(kind: Union[str, Callable[..., torch.Tensor], None], outputs: An
 def enable_epoch_sifting(
     trainer: Any,
     sift_config: Any,
-    per_sample_loss: Union[str, Callable[..., torch.Tensor], None] = None,
+    per_sample_loss: str | Callable[..., torch.Tensor] | None = None,
     *,
-    backend: Optional[str] = None,
+    backend: str | None = None,
     log_metrics: bool = True,
 ) -> Any:
     """Make ``trainer`` train with epoch-level sifting (see the module docstring); returns it."""
@@ -109,11 +110,16 @@ def enable_epoch_sifting(
         raise TypeError(f"trainer must be a transformers.Trainer, got {type(trainer).__name__}")
     config = coerce_epoch_config(sift_config)
     if per_sample_loss not in (None, "classification", "causal_lm") and not callable(per_sample_loss):
-        raise ValueError(f"per_sample_loss must be 'classification', 'causal_lm', a callable or None, got {per_sample_loss!r}")
+        raise ValueError(
+            f"per_sample_loss must be 'classification', 'causal_lm', a callable or None, got {per_sample_loss!r}"
+        )
     originals = getattr(trainer, "_neuron_sift_epoch_originals", None)
     if originals is None:
-        originals = {"get_train_dataloader": trainer.get_train_dataloader, "compute_loss": trainer.compute_loss,
-                     "log": trainer.log}
+        originals = {
+            "get_train_dataloader": trainer.get_train_dataloader,
+            "compute_loss": trainer.compute_loss,
+            "log": trainer.log,
+        }
         trainer._neuron_sift_epoch_originals = originals
     # The loss returned is a per-batch mean: the Trainer divides it by the accumulation steps.
     trainer.model_accepts_loss_kwargs = False
@@ -128,17 +134,21 @@ def enable_epoch_sifting(
         # The planner's count (loader.planned_steps()) is the one source of the run's length:
         # the Trainer's max_steps and schedule then end where the plans end.
         stream = EpochStream(loader, loader.planned_steps() // epochs)
-        logger.info("enable_epoch_sifting: %d batches per Trainer epoch (%s)", len(stream),
-                    "exact" if loader.length_is_exact else "expected")
+        logger.info(
+            "enable_epoch_sifting: %d batches per Trainer epoch (%s)",
+            len(stream),
+            "exact" if loader.length_is_exact else "expected",
+        )
         return stream
 
     def compute_loss(
-        model: Any, inputs: Dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
+        model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
     ) -> Any:
         loader = getattr(trainer, "epoch_sifting_dataloader", None)
         if loader is None or not model.training:
-            return originals["compute_loss"](model, inputs, return_outputs=return_outputs,
-                                             num_items_in_batch=num_items_in_batch)
+            return originals["compute_loss"](
+                model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+            )
         forward = {k: v for k, v in inputs.items() if k != "labels"}
         outputs = model(**forward)
         loss = loader.weighted_loss(_per_sample(per_sample_loss, outputs, inputs))
@@ -146,7 +156,12 @@ def enable_epoch_sifting(
 
     def log(logs: Any, *args: Any, **kwargs: Any) -> Any:
         loader = getattr(trainer, "epoch_sifting_dataloader", None)
-        if log_metrics and loader is not None and isinstance(logs, dict) and ("loss" in logs or "train_runtime" in logs):
+        if (
+            log_metrics
+            and loader is not None
+            and isinstance(logs, dict)
+            and ("loss" in logs or "train_runtime" in logs)
+        ):
             logs.update(epoch_metrics(loader).scalars(prefix="epoch_sifting/"))
         return originals["log"](logs, *args, **kwargs)
 

@@ -18,10 +18,11 @@ first epoch only, and kept samples not yet emitted carry over into the next epoc
 """
 
 import math
-from typing import Any, Iterator, List, Optional
+from collections.abc import Iterator
+from typing import Any
 
-from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
 from neuron_sift.dataloader.checkpoint import epoch_in_progress
+from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
 from neuron_sift.dataloader.source_loader import underlying_dataloader
 
 
@@ -44,7 +45,7 @@ def _plan(loader: Any, epochs: int):
     return as_sifting_dataloader(loader).plan_epochs(epochs)
 
 
-def epoch_plan(loader: Any, epochs: int = 1) -> List[int]:
+def epoch_plan(loader: Any, epochs: int = 1) -> list[int]:
     """Batches emitted by each of the next ``epochs`` epochs of ``loader``.
 
     Exact in ``fixed`` mode; in ``probabilistic`` mode the expected counts (kept share
@@ -131,7 +132,7 @@ class ExactLengthLoader:
 
     length_is_exact = True
 
-    def __init__(self, loader: Any, steps_per_epoch: Optional[int] = None, *, epochs: int = 1):
+    def __init__(self, loader: Any, steps_per_epoch: int | None = None, *, epochs: int = 1):
         self.sifting_dataloader = as_sifting_dataloader(loader)
         if steps_per_epoch is None:
             planned = planned_steps(self.sifting_dataloader, epochs)
@@ -141,12 +142,12 @@ class ExactLengthLoader:
             raise ValueError(f"steps_per_epoch must be an int >= 1, got {steps_per_epoch!r}")
         self.steps_per_epoch = steps_per_epoch
         self.passes = 0  # passes over the source data started so far
-        self._stream: Optional[Iterator[Any]] = None
+        self._stream: Iterator[Any] | None = None
         self._pass_seen_before = 0
         self._pass_emitted = 0
         self._token = 0
-        self._epoch_yielded: Optional[int] = None  # batches of the open epoch so far; None: no epoch open
-        self._resume: Optional[dict] = None  # set by load_state_dict()
+        self._epoch_yielded: int | None = None  # batches of the open epoch so far; None: no epoch open
+        self._resume: dict | None = None  # set by load_state_dict()
 
     def __len__(self) -> int:
         """Batches of an epoch; after ``load_state_dict()`` mid-epoch, what is left of that epoch."""
@@ -185,7 +186,7 @@ class ExactLengthLoader:
                     raise RuntimeError(
                         f"ExactLengthLoader: a whole pass over the source loader yielded no sample, so an epoch of "
                         f"{self.steps_per_epoch} batches cannot be filled (is the source loader empty?)"
-                    )
+                    ) from None
                 continue
             self._pass_emitted += 1
             self._epoch_yielded += 1
@@ -235,7 +236,7 @@ class ExactLengthLoader:
     # -- pass-through for trainers and metrics ---------------------------------------------
 
     @property
-    def batch_size(self) -> Optional[int]:
+    def batch_size(self) -> int | None:
         return self.sifting_dataloader.batch_size
 
     @property

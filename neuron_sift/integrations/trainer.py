@@ -41,7 +41,7 @@ Resuming a Trainer run mid-epoch from a checkpoint is not supported with sifting
 import logging
 import math
 import numbers
-from typing import Any, Optional
+from typing import Any
 
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
 from neuron_sift.dataloader.source_loader import underlying_dataloader
@@ -55,7 +55,7 @@ logger = logging.getLogger(__name__)
 _MAX_PLANNED_PASSES = 10_000
 
 
-def _check_set_epochs(set_epochs: Any) -> Optional[int]:
+def _check_set_epochs(set_epochs: Any) -> int | None:
     """None (arguments decide), 0 meaning 'the arguments' num_train_epochs', or n >= 1."""
     if set_epochs is None or set_epochs is False:
         return None
@@ -152,8 +152,8 @@ def enable_sifting(
     *,
     batch_transforms: Any = None,
     log_batch_data: bool = False,
-    batch_format_index: Optional[int] = None,
-    backend: Optional[str] = None,
+    batch_format_index: int | None = None,
+    backend: str | None = None,
     log_metrics: bool = True,
 ) -> Any:
     """Make ``trainer`` (a ``transformers.Trainer``) train on sifted batches; returns ``trainer``.
@@ -221,7 +221,12 @@ def enable_sifting(
 
     def log(logs, *log_args, **log_kwargs):
         sifting = getattr(trainer, "sifting_dataloader", None)
-        if log_metrics and sifting is not None and isinstance(logs, dict) and ("loss" in logs or "train_runtime" in logs):
+        if (
+            log_metrics
+            and sifting is not None
+            and isinstance(logs, dict)
+            and ("loss" in logs or "train_runtime" in logs)
+        ):
             logs.update(collect_metrics(sifting).scalars(prefix="sifting/"))
         return original_log(logs, *log_args, **log_kwargs)
 

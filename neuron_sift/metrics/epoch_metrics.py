@@ -16,7 +16,7 @@ these same scalars.
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 if TYPE_CHECKING:
     from neuron_sift.epoch.loader import EpochSiftingDataloader
@@ -50,10 +50,10 @@ def find_epoch_loader(obj: Any) -> Optional["EpochSiftingDataloader"]:
 
 @dataclass
 class EpochSiftingMetrics:
-    values: Dict[str, Any]
-    epochs: List[Dict[str, Any]] = field(default_factory=list)
+    values: dict[str, Any]
+    epochs: list[dict[str, Any]] = field(default_factory=list)
 
-    def scalars(self, prefix: str = "") -> Dict[str, float]:
+    def scalars(self, prefix: str = "") -> dict[str, float]:
         return {f"{prefix}{k}": float(self.values[k]) for k in SCALARS if self.values.get(k) is not None}
 
 

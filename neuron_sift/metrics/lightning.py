@@ -22,7 +22,8 @@ epoch exactly as long as Lightning expects.
 Needs ``lightning`` (or the older ``pytorch_lightning``); ``import neuron_sift`` does not.
 """
 
-from typing import Any, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 try:
     from lightning.pytorch import Callback
@@ -32,9 +33,7 @@ except ImportError:  # pragma: no cover - the older package name
         from pytorch_lightning import Callback
         from pytorch_lightning.utilities import rank_zero_warn
     except ImportError as exc:
-        raise ImportError(
-            "neuron_sift.metrics.lightning needs PyTorch Lightning: pip install lightning"
-        ) from exc
+        raise ImportError("neuron_sift.metrics.lightning needs PyTorch Lightning: pip install lightning") from exc
 
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
 from neuron_sift.dataloader.source_loader import underlying_dataloader
@@ -54,7 +53,7 @@ class TrainingMetricsRecorder(Callback):
     def __init__(
         self,
         loader: Any = None,
-        log_every_n_steps: Optional[int] = None,
+        log_every_n_steps: int | None = None,
         quantiles: Sequence[float] = DEFAULT_QUANTILES,
         prefix: str = "sifting/",
     ):
@@ -67,17 +66,17 @@ class TrainingMetricsRecorder(Callback):
         self.log_every_n_steps = log_every_n_steps
         self.quantiles = tuple(quantiles)
         self.prefix = prefix
-        self.records: List[Tuple[int, SiftingMetrics]] = []
-        self.last: Optional[SiftingMetrics] = None
-        self.cut_epochs: List[int] = []
-        self._sifting: Optional[SiftingDataloader] = None
+        self.records: list[tuple[int, SiftingMetrics]] = []
+        self.last: SiftingMetrics | None = None
+        self.cut_epochs: list[int] = []
+        self._sifting: SiftingDataloader | None = None
         self._direct = False
         self._batches = 0
         self._epoch_start_sources = 0
 
     # -- locating the loader -----------------------------------------------------------------
 
-    def _resolve(self, trainer: Any) -> Optional[SiftingDataloader]:
+    def _resolve(self, trainer: Any) -> SiftingDataloader | None:
         target = self.loader if self.loader is not None else trainer.train_dataloader
         sifting = find_sifting_loader(target)
         if sifting is None:
@@ -104,7 +103,7 @@ class TrainingMetricsRecorder(Callback):
 
     # -- recording ---------------------------------------------------------------------------
 
-    def record(self, trainer: Any) -> Optional[SiftingMetrics]:
+    def record(self, trainer: Any) -> SiftingMetrics | None:
         """Take a snapshot now and send it to the Trainer's loggers (rank zero logs)."""
         if self._sifting is None:
             return None

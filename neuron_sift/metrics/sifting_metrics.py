@@ -21,8 +21,9 @@ same scalars.
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any
 
 import torch
 
@@ -33,7 +34,7 @@ LOADER_LOGGER = "neuron_sift.dataloader.sift_dataloader"
 DEFAULT_QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 
 
-def find_wrapped(obj: Any, kind: type, attributes: Tuple[str, ...], _depth: int = 0) -> Any:
+def find_wrapped(obj: Any, kind: type, attributes: tuple[str, ...], _depth: int = 0) -> Any:
     """The first ``kind`` instance in ``obj``: ``obj`` itself, what one of ``attributes`` of a
     wrapper holds, or the first one in a list, tuple or dict (searched six levels deep). None
     if none. Both kinds of sifting find their loader behind Trainer and Lightning wrappers so."""
@@ -57,7 +58,7 @@ def find_wrapped(obj: Any, kind: type, attributes: Tuple[str, ...], _depth: int 
     return None
 
 
-def find_sifting_loader(obj: Any) -> Optional[SiftingDataloader]:
+def find_sifting_loader(obj: Any) -> SiftingDataloader | None:
     """The ``SiftingDataloader`` in ``obj``: the loader itself, a wrapper's ``sifting_dataloader``
     attribute (``ExactLengthLoader``, a Trainer after ``enable_sifting``), Lightning's
     ``CombinedLoader.iterables``, or the first one in a list, tuple or dict. None if none."""
@@ -93,22 +94,22 @@ class SiftingMetrics:
     kept_share: float
     history_fill: int
     history_length: int
-    history_quantiles: Dict[float, float]
+    history_quantiles: dict[float, float]
     machinery_seconds: float
     scoring_seconds: float
     machinery_latency: float
     batch_creation_latency: float
-    compile_count: Optional[int]
+    compile_count: int | None
     backend: str
     selection_mode: str
     epoch: int
-    timings: Dict[str, Dict[str, float]] = field(default_factory=dict)
-    counts: Dict[str, int] = field(default_factory=dict)
+    timings: dict[str, dict[str, float]] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
-    def scalars(self, prefix: str = "") -> Dict[str, float]:
+    def scalars(self, prefix: str = "") -> dict[str, float]:
         """Flat ``name -> number`` for loggers (Lightning, the HF Trainer, TensorBoard).
 
         Names: the counts, ``kept_share``, ``history_fill``, ``loss_history_q<percent>``
@@ -116,7 +117,7 @@ class SiftingMetrics:
         ``machinery_latency``, ``batch_creation_latency``, and ``compile_count`` on XLA;
         each prefixed with ``prefix``.
         """
-        out: Dict[str, float] = {
+        out: dict[str, float] = {
             "num_orig_samples_seen": self.num_orig_samples_seen,
             "num_orig_samples_kept": self.num_orig_samples_kept,
             "num_orig_samples_sifted": self.num_orig_samples_sifted,
@@ -200,7 +201,7 @@ def collect_metrics(loader: Any, quantiles: Sequence[float] = DEFAULT_QUANTILES)
     )
 
 
-def log_metrics(metrics: Any, logger: Optional[logging.Logger] = None, level: int = logging.INFO) -> SiftingMetrics:
+def log_metrics(metrics: Any, logger: logging.Logger | None = None, level: int = logging.INFO) -> SiftingMetrics:
     """Log a snapshot as ``name: value`` lines (default: INFO on the loader's logger).
 
     Lines, in this order: ``num_orig_samples_seen: N``, ``num_orig_samples_kept: N`` (the
@@ -230,7 +231,7 @@ def log_metrics(metrics: Any, logger: Optional[logging.Logger] = None, level: in
 
 
 def write_tensorboard(
-    metrics: Any, writer: Any, global_step: Optional[int] = None, prefix: str = "sifting/"
+    metrics: Any, writer: Any, global_step: int | None = None, prefix: str = "sifting/"
 ) -> SiftingMetrics:
     """Write a snapshot's scalars to TensorBoard under ``prefix`` (e.g. ``sifting/kept_share``).
 

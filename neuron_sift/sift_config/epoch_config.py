@@ -7,8 +7,9 @@ dict (``EpochSiftConfig.from_dict`` or anywhere a config is expected), failing w
 
 import math
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any
 
 from neuron_sift.exceptions import SiftConfigValidationException
 from neuron_sift.sift_config.sift_configs import _check_int, _fail, _from_mapping
@@ -18,7 +19,9 @@ EPOCH_POLICIES = ("percentile", "below_mean")
 _OWNER = "EpochSiftConfig"
 
 
-def _check_real(key: str, value: Any, low: float, high: float, low_open: bool = False, high_open: bool = False) -> float:
+def _check_real(
+    key: str, value: Any, low: float, high: float, low_open: bool = False, high_open: bool = False
+) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
         _fail(_OWNER, key, f"expected a finite number, got {type(value).__name__} {value!r}")
     v = float(value)
@@ -86,11 +89,11 @@ class EpochSiftConfig:
     beta_value: float = 1.0
     min_keep_probability: float = 0.05
     prune_ratio: float = 0.5
-    kept_share: Optional[float] = None
+    kept_share: float | None = None
     warmup_epochs: int = 1
     anneal_fraction: float = 0.125
-    max_weight: Optional[float] = None
-    seed: Optional[int] = None
+    max_weight: float | None = None
+    seed: int | None = None
     noise_guard_epochs: int = 0
     noise_guard_quantile: float = 0.8
 
@@ -122,7 +125,7 @@ class EpochSiftConfig:
     def from_dict(cls, value: Mapping[str, Any]) -> "EpochSiftConfig":
         return _from_mapping(cls, _OWNER, value)
 
-    def expected_kept_share(self) -> Optional[float]:
+    def expected_kept_share(self) -> float | None:
         """The expected kept share of a sifted epoch, where it does not depend on the scores.
 
         The budget; or, for ``percentile``, ``E[max(f, U ** beta)]`` for percentiles ``U``
@@ -137,7 +140,7 @@ class EpochSiftConfig:
             return f * cut + (1.0 - cut ** (b + 1.0)) / (b + 1.0)
         return None
 
-    def anneal_epochs(self, num_epochs: Optional[int]) -> int:
+    def anneal_epochs(self, num_epochs: int | None) -> int:
         """How many of the last epochs train on all data: ``floor(anneal_fraction * num_epochs)``."""
         if num_epochs is None:
             return 0

@@ -8,8 +8,9 @@ fails before training starts, with ``SiftConfigValidationException`` naming the 
 import dataclasses
 import math
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Union
+from typing import Any
 
 from neuron_sift.exceptions import SiftConfigValidationException
 
@@ -117,7 +118,7 @@ class LossConfig:
             unknown, missing or invalid.
     """
 
-    sift_config: Union[SiftingBaseConfig, Mapping[str, Any]] = field(default_factory=SiftingBaseConfig)
+    sift_config: SiftingBaseConfig | Mapping[str, Any] = field(default_factory=SiftingBaseConfig)
 
     def __post_init__(self) -> None:
         if isinstance(self.sift_config, Mapping):
@@ -168,9 +169,9 @@ class RelativeProbabilisticSiftConfig:
 
     beta_value: float
     loss_history_length: int
-    loss_based_sift_config: Union[LossConfig, Mapping[str, Any]] = field(default_factory=LossConfig)
+    loss_based_sift_config: LossConfig | Mapping[str, Any] = field(default_factory=LossConfig)
     selection_mode: str = "probabilistic"
-    seed: Optional[int] = None
+    seed: int | None = None
     global_loss_history: bool = False
 
     def __post_init__(self) -> None:

@@ -10,8 +10,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
 def test_memory_benchmark_runs_and_reports(tmp_path):
     out = tmp_path / "mem.jsonl"
-    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "memory.py"), "--batches", "600", "--every", "200",
-           "--json", str(out)]
+    cmd = [
+        sys.executable,
+        os.path.join(ROOT, "benchmarks", "memory.py"),
+        "--batches",
+        "600",
+        "--every",
+        "200",
+        "--json",
+        str(out),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     records = [json.loads(line) for line in out.read_text().splitlines()]

@@ -15,8 +15,11 @@ def curve(*points):
 
 def run(points, wall=None, final=None):
     c = curve(*points)
-    return {"curve": c, "wall_s": wall if wall is not None else c[-1]["wall_s"],
-            "final_test_acc": final if final is not None else c[-1]["test_acc"]}
+    return {
+        "curve": c,
+        "wall_s": wall if wall is not None else c[-1]["wall_s"],
+        "final_test_acc": final if final is not None else c[-1]["test_acc"],
+    }
 
 
 def test_time_to_target_is_the_first_evaluation_from_which_every_later_one_stays_above():
@@ -84,11 +87,13 @@ def _record(arm, seed, res, commit="abc"):
 
 def test_summary_medians_ranges_and_reached_counts():
     records = []
-    for seed, (arm_points, full_final) in enumerate([
-        ([(0, 0.1), (6, 0.97)], 0.97),   # reaches at 6 s; full at 10 s -> 10/6
-        ([(0, 0.1), (5, 0.96)], 0.97),   # never (0.96 < 0.965)
-        ([(0, 0.1), (4, 0.975)], 0.97),  # reaches at 4 s -> 10/4
-    ]):
+    for seed, (arm_points, full_final) in enumerate(
+        [
+            ([(0, 0.1), (6, 0.97)], 0.97),  # reaches at 6 s; full at 10 s -> 10/6
+            ([(0, 0.1), (5, 0.96)], 0.97),  # never (0.96 < 0.965)
+            ([(0, 0.1), (4, 0.975)], 0.97),  # reaches at 4 s -> 10/4
+        ]
+    ):
         results = {"full": run([(0, 0.1), (10, full_final)]), "arm": run(arm_points)}
         for r in results.values():
             r.update(backward_samples=100, forward_samples=100, kept_share=1.0)
@@ -105,13 +110,28 @@ def test_summary_medians_ranges_and_reached_counts():
     # the arm's wall (4-6 s) is below the frontier's only point (10 s): clamped, every seed
     assert arm["iso_time_clamped"] == 3
     assert rows["full"]["reached"] == 3 and rows["full"]["speedup_vs_full"] == 1.0
-    for key in ("task", "arm", "backend", "seeds", "reached", "speedup_vs_full", "speedup_vs_frontier", "iso_time_gain",
-                "final_acc", "final_acc_delta", "total_wall_s", "bwd_samples", "kept_share", "commit"):
+    for key in (
+        "task",
+        "arm",
+        "backend",
+        "seeds",
+        "reached",
+        "speedup_vs_full",
+        "speedup_vs_frontier",
+        "iso_time_gain",
+        "final_acc",
+        "final_acc_delta",
+        "total_wall_s",
+        "bwd_samples",
+        "kept_share",
+        "commit",
+    ):
         assert key in arm
     # a metric no seed defines is null, with its range
     undefined = {**records[3]["results"]["paired"], "speedup_vs_full": None, "speedup_vs_frontier": None}
-    never = report.summarize([_record("arm", 0, {**records[3]["results"], "paired": undefined,
-                                                 "time_to_target_s": None})])[0]
+    never = report.summarize(
+        [_record("arm", 0, {**records[3]["results"], "paired": undefined, "time_to_target_s": None})]
+    )[0]
     assert never["reached"] == 0 and never["speedup_vs_full"] is None and never["speedup_vs_full_min"] is None
     table = report.format_tables(list(rows.values()))
     assert "speedup vs frontier" in table and "2/3" in table

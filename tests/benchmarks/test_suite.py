@@ -40,8 +40,17 @@ def run(script, *args, timeout=180):
 def test_help_lists_the_options():
     proc = run(SUITE, "--help")
     assert proc.returncode == 0, proc.stderr
-    for option in ("--task", "--seeds", "--arms", "--epochs", "--beta", "--backend", "--target-drop", "--tiny",
-                   "--out"):
+    for option in (
+        "--task",
+        "--seeds",
+        "--arms",
+        "--epochs",
+        "--beta",
+        "--backend",
+        "--target-drop",
+        "--tiny",
+        "--out",
+    ):
         assert option in proc.stdout
     proc = run(MACHINERY, "--help")
     assert proc.returncode == 0, proc.stderr
@@ -145,9 +154,13 @@ def test_warmup_rises_linearly_then_decays_by_cosine_over_the_rest_of_the_run():
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     sched = fairness.CosineSchedule(opt, epochs=2, warmup=0.25)  # by epochs: a quarter of the run, half an epoch
     sched.begin_epoch(4)
-    assert _lrs(sched, opt, 4) == [0.0, pytest.approx(0.5), pytest.approx(1.0),
-                                   pytest.approx(0.5 * (1 + math.cos(math.pi / 6))),
-                                   pytest.approx(0.5 * (1 + math.cos(math.pi / 3)))]
+    assert _lrs(sched, opt, 4) == [
+        0.0,
+        pytest.approx(0.5),
+        pytest.approx(1.0),
+        pytest.approx(0.5 * (1 + math.cos(math.pi / 6))),
+        pytest.approx(0.5 * (1 + math.cos(math.pi / 3))),
+    ]
     with pytest.raises(ValueError):
         fairness.CosineSchedule(opt, total_steps=10, warmup=1.0)
 
@@ -213,14 +226,20 @@ def test_keyword_sequences_label_is_the_most_frequent_keyword_and_usually_by_one
 
 def test_redundant_data_is_mostly_jittered_copies_of_a_small_pool(tmp_path):
     n, nt = 4000, 100
-    base = tasks.Data(torch.randn(n, 40), torch.randint(0, 10, (n,)), torch.randn(nt, 40), torch.randint(0, 10, (nt,)),
-                      torch.zeros(n, dtype=torch.bool), 10)
+    base = tasks.Data(
+        torch.randn(n, 40),
+        torch.randint(0, 10, (n,)),
+        torch.randn(nt, 40),
+        torch.randint(0, 10, (nt,)),
+        torch.zeros(n, dtype=torch.bool),
+        10,
+    )
     red = tasks.make_redundant(base)
     assert red.x_train.shape == base.x_train.shape and torch.equal(red.x_test, base.x_test)
     # each training sample is within jitter of one original, with that original's label
     d = torch.cdist(red.x_train, base.x_train)
     nearest = d.argmin(dim=1)
-    assert bool((d.min(dim=1).values < 6 * tasks.REDUNDANT_JITTER * 40 ** 0.5).all())
+    assert bool((d.min(dim=1).values < 6 * tasks.REDUNDANT_JITTER * 40**0.5).all())
     assert torch.equal(red.y_train, base.y_train[nearest])
     exact = d.min(dim=1).values < 0.1  # copies: about 0.05 * sqrt(40) = 0.3 away (cdist is not exact at 0)
     assert int(exact.sum()) == round(tasks.REDUNDANT_DISTINCT * n)  # the distinct quarter, unchanged
@@ -320,12 +339,25 @@ def _check_records(records, task, seeds, backend):
 
 @pytest.mark.slow
 def test_tiny_suite_runs_every_arm_and_writes_records_summary_and_plot(tmp_path):
-    proc = run(SUITE, "--task", "digits", "--tiny", "--epochs", "3", "--seeds", "0,1", "--out", str(tmp_path),
-               "--no-progress", "--arms", ",".join(ARMS))  # arms of *_arms.py plugins aside
+    proc = run(
+        SUITE,
+        "--task",
+        "digits",
+        "--tiny",
+        "--epochs",
+        "3",
+        "--seeds",
+        "0,1",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+        "--arms",
+        ",".join(ARMS),
+    )  # arms of *_arms.py plugins aside
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for arm in ARMS:
         assert arm in proc.stdout
-    head = proc.stdout[proc.stdout.index("runs in"):]
+    head = proc.stdout[proc.stdout.index("runs in") :]
     assert head.index("speedup vs frontier") < head.index("time to target s")  # the headline table first
     records = _records(tmp_path / "runs.jsonl")
     _check_records(records, "digits", [0, 1], "eager")
@@ -335,8 +367,16 @@ def test_tiny_suite_runs_every_arm_and_writes_records_summary_and_plot(tmp_path)
     assert [r["arm"] for r in rows] == ARMS
     for r in rows:
         assert r["task"] == "digits" and r["backend"] == "eager" and r["seeds"] == 2 and 0 <= r["reached"] <= 2
-        for key in ("speedup_vs_full", "speedup_vs_frontier", "iso_time_gain", "final_acc", "final_acc_delta",
-                    "total_wall_s", "bwd_samples", "kept_share"):
+        for key in (
+            "speedup_vs_full",
+            "speedup_vs_frontier",
+            "iso_time_gain",
+            "final_acc",
+            "final_acc_delta",
+            "total_wall_s",
+            "bwd_samples",
+            "kept_share",
+        ):
             assert key in r and key + "_min" in r and key + "_max" in r
             if r[key] is not None:
                 assert r[key + "_min"] <= r[key] <= r[key + "_max"]
@@ -346,14 +386,31 @@ def test_tiny_suite_runs_every_arm_and_writes_records_summary_and_plot(tmp_path)
     full = next(r for r in rows if r["arm"] == "full")
     assert full["reached"] == 2 and full["speedup_vs_full"] == 1.0 and full["final_acc_delta"] == 0.0
     # --summarize reprints the tables (and rewrites the summary) from the records
-    proc = run(SUITE, "--summarize", str(tmp_path / "runs.jsonl"), "--markdown", "--plot", str(tmp_path / "again.png"),
-               "--summary", str(tmp_path / "again.jsonl"))
+    proc = run(
+        SUITE,
+        "--summarize",
+        str(tmp_path / "runs.jsonl"),
+        "--markdown",
+        "--plot",
+        str(tmp_path / "again.png"),
+        "--summary",
+        str(tmp_path / "again.jsonl"),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "| infobatch |" in proc.stdout and (tmp_path / "again.png").is_file()
     assert _records(tmp_path / "again.jsonl") == rows
     # the same records on the CPU clock: the same accuracies, reached counts from the cpu_s curves
-    proc = run(SUITE, "--summarize", str(tmp_path / "runs.jsonl"), "--clock", "cpu",
-               "--plot", str(tmp_path / "cpu.png"), "--summary", str(tmp_path / "cpu.jsonl"))
+    proc = run(
+        SUITE,
+        "--summarize",
+        str(tmp_path / "runs.jsonl"),
+        "--clock",
+        "cpu",
+        "--plot",
+        str(tmp_path / "cpu.png"),
+        "--summary",
+        str(tmp_path / "cpu.jsonl"),
+    )
     assert proc.returncode == 0, proc.stderr
     cpu_rows = _records(tmp_path / "cpu.jsonl")
     assert all(r["clock"] == "cpu" for r in cpu_rows) and all(r["clock"] == "wall" for r in rows)
@@ -362,9 +419,23 @@ def test_tiny_suite_runs_every_arm_and_writes_records_summary_and_plot(tmp_path)
 
 @pytest.mark.slow
 def test_tiny_noisy_task_reports_the_mislabeled_share(tmp_path):
-    proc = run(SUITE, "--task", "mnist1d-noisy", "--tiny", "--epochs", "1", "--seeds", "1", "--n-train", "1000",
-               "--arms", "full,uniform,sift-fixed,infobatch",
-               "--out", str(tmp_path), "--no-progress")
+    proc = run(
+        SUITE,
+        "--task",
+        "mnist1d-noisy",
+        "--tiny",
+        "--epochs",
+        "1",
+        "--seeds",
+        "1",
+        "--n-train",
+        "1000",
+        "--arms",
+        "full,uniform,sift-fixed,infobatch",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     records = _records(tmp_path / "runs.jsonl")
     for r in records:
@@ -378,12 +449,24 @@ def test_tiny_noisy_task_reports_the_mislabeled_share(tmp_path):
 
 @pytest.mark.slow
 def test_tiny_redundant_and_bert_tasks_run_with_any_frontier_fraction(tmp_path):
-    proc = run(SUITE, "--task", "mnist1d-redundant,bert", "--tiny", "--seeds", "0", "--arms", "full@0.5,full,infobatch",
-               "--out", str(tmp_path), "--no-progress")
+    proc = run(
+        SUITE,
+        "--task",
+        "mnist1d-redundant,bert",
+        "--tiny",
+        "--seeds",
+        "0",
+        "--arms",
+        "full@0.5,full,infobatch",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = _records(tmp_path / "summary.jsonl")
-    assert [(r["task"], r["arm"]) for r in rows] == [(t, a) for t in ("mnist1d-redundant", "bert")
-                                                     for a in ("full@0.5", "full", "infobatch")]
+    assert [(r["task"], r["arm"]) for r in rows] == [
+        (t, a) for t in ("mnist1d-redundant", "bert") for a in ("full@0.5", "full", "infobatch")
+    ]
     records = _records(tmp_path / "runs.jsonl")
     bert_models = {r["config"]["model"] for r in records if r["task"] == "bert"}
     assert bert_models == {tasks.model_description(tasks.TASKS["bert"])}
@@ -393,8 +476,21 @@ def test_tiny_redundant_and_bert_tasks_run_with_any_frontier_fraction(tmp_path):
 @pytest.mark.xla
 def test_tiny_suite_on_xla_records_compiles_and_host_reads(tmp_path):
     pytest.importorskip("torch_xla", reason="torch-xla not installed (CI installs it: pip install -e .[xla])")
-    proc = run(SUITE, "--task", "digits", "--tiny", "--seeds", "0", "--backend", "xla", "--out", str(tmp_path),
-               "--no-progress", "--arms", ",".join(ARMS))
+    proc = run(
+        SUITE,
+        "--task",
+        "digits",
+        "--tiny",
+        "--seeds",
+        "0",
+        "--backend",
+        "xla",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+        "--arms",
+        ",".join(ARMS),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     records = _records(tmp_path / "runs.jsonl")
     _check_records(records, "digits", [0], "xla")
@@ -416,8 +512,21 @@ def test_tiny_suite_on_xla_records_compiles_and_host_reads(tmp_path):
 @pytest.mark.slow
 def test_tiny_machinery_run(tmp_path):
     out = tmp_path / "m.jsonl"
-    proc = run(MACHINERY, "--backends", "eager", "--batch-sizes", "32,64", "--histories", "500,2048",
-               "--batches", "3", "--repeats", "1", "--json", str(out))
+    proc = run(
+        MACHINERY,
+        "--backends",
+        "eager",
+        "--batch-sizes",
+        "32,64",
+        "--histories",
+        "500,2048",
+        "--batches",
+        "3",
+        "--repeats",
+        "1",
+        "--json",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [r["results"] for r in _records(out)]
     assert [(r["batch_size"], r["history"]) for r in rows] == [(32, 500), (32, 2048), (64, 500), (64, 2048)]
@@ -428,10 +537,11 @@ def test_tiny_machinery_run(tmp_path):
             assert r[f"{k}_share"] == pytest.approx(r[f"{k}_ms"] / r[f"{k}_step_ms"], rel=0.02, abs=1e-3)
     assert "% of step" in proc.stdout
     # each engine really runs: the torch step on the CPU for pairwise/torch, the host step for host
+    from neuron_sift.kernels.percentile import percentile_rank_auto
+
     import machinery
     import neuron_sift.engine.step as step_module
     from neuron_sift.engine import cpu_step
-    from neuron_sift.kernels.percentile import percentile_rank_auto
 
     calls = {"host": 0, "torch": 0}
     real_host, real_torch = cpu_step.sift_step_cpu, step_module.sift_step
@@ -440,6 +550,7 @@ def test_tiny_machinery_run(tmp_path):
         def wrapped(*args, **kwargs):
             calls[name] += 1
             return fn(*args, **kwargs)
+
         return wrapped
 
     import neuron_sift.engine.sifter as sifter_module
@@ -447,8 +558,9 @@ def test_tiny_machinery_run(tmp_path):
     try:
         sifter_module.sift_step_cpu = count("host", real_host)
         sifter_module.sift_step = count("torch", real_torch)
-        machinery.machinery_seconds(16, 64, "fixed", "pairwise", torch.device("cpu"), lambda: None, batches=2,
-                                    repeats=1)
+        machinery.machinery_seconds(
+            16, 64, "fixed", "pairwise", torch.device("cpu"), lambda: None, batches=2, repeats=1
+        )
         assert calls == {"host": 0, "torch": 4}  # warm-up epoch + 1 timed epoch, 2 source batches each
         machinery.machinery_seconds(16, 64, "fixed", "host", torch.device("cpu"), lambda: None, batches=2, repeats=1)
         assert calls["host"] == 4

@@ -21,65 +21,54 @@ classification task generated locally (see ``make_token_dataset``).
 """
 
 # ---- test scaffolding (not from the seeds) ------------------------------------------------------
+from typing import Any
+
 import pytest
-from torch.utils.data import TensorDataset
+import torch
+import torch.nn as nn
+from torch import Tensor  # noqa: F401
+from torch.utils.data import DataLoader, TensorDataset
 from transformers import BertConfig, BertForSequenceClassification
+
+from neuron_sift.data_model.data_model_interface import SiftingBatch, SiftingBatchTransform
+from neuron_sift.data_model.list_batch import ListBatch
+from neuron_sift.data_model.tensor_batch import TensorBatch
 
 # ---- seed 000, as printed. Its "......" hides the imports of Any, torch, SiftingBatch and
 # DataLoader; seed 001's import lines below supply them. ------------------------------------------
-from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
-from neuron_sift.loss.abstract_sift_loss_module import Loss
-from neuron_sift.sift_config.sift_configs import RelativeProbabilisticSiftConfig, LossConfig, SiftingBaseConfig
+from neuron_sift.dataloader.sift_dataloader import SiftingDataloader  # noqa: F811
+from neuron_sift.loss.abstract_sift_loss_module import Loss  # noqa: F811
 
 # ---- seed 001, as printed (several names repeat seed 000's on purpose). The commas of the
 # first list are added: the web copy lost them, which is a SyntaxError. -----------------------------
 from neuron_sift.sift_config.sift_configs import (  # noqa: F811
-    RelativeProbabilisticSiftConfig,
     LossConfig,
+    RelativeProbabilisticSiftConfig,
     SiftingBaseConfig,
 )
-
-from typing import Any
-
-import torch
-
-from neuron_sift.data_model.data_model_interface import SiftingBatchTransform
-from neuron_sift.data_model.list_batch import ListBatch
-
-from neuron_sift.data_model.tensor_batch import TensorBatch
-
-import torch.nn as nn
-from torch import Tensor  # noqa: F401
-
-from neuron_sift.data_model.data_model_interface import SiftingBatch
-from neuron_sift.loss.abstract_sift_loss_module import Loss  # noqa: F811
-
-from neuron_sift.dataloader.sift_dataloader import SiftingDataloader  # noqa: F811
-from torch.utils.data import DataLoader
 
 # The tiny model gains nothing from intra-op threads; on a shared 2-core CPU two threads
 # spin against other processes (measured 10-20x slower).
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 
-
-
 # =================================================================================================
 # Seed 000 (verbatim class body; line breaks restored)
 # =================================================================================================
+
 
 ## 定义筛选损失
 class SiftBertLoss(Loss):
     # 您应该添加以下初始化函数
     # 以计算每个样本的损失，而不是每个批次
     def __init__(self):
-        self.celoss = torch.nn.CrossEntropyLoss(reduction='none')
+        self.celoss = torch.nn.CrossEntropyLoss(reduction="none")
 
     def loss(
-            self,
-            model: torch.nn.Module,
-            transformed_batch: SiftingBatch,
-            original_batch: Any = None,
+        self,
+        model: torch.nn.Module,
+        transformed_batch: SiftingBatch,
+        original_batch: Any = None,
     ) -> torch.Tensor:
         device = next(model.parameters()).device
         batch = [t.to(device) for t in original_batch]
@@ -91,6 +80,7 @@ class SiftBertLoss(Loss):
 # =================================================================================================
 # Seed 001 (verbatim class bodies)
 # =================================================================================================
+
 
 class ListBatchTransform(SiftingBatchTransform):
     def transform(self, batch: Any):
@@ -114,9 +104,7 @@ class ListBatchTransformNoLabels(SiftingBatchTransform):
 
 class TensorBatchTransform(SiftingBatchTransform):
     def transform(self, batch: Any):
-        a_tensor_batch = TensorBatch(
-            batch[0], batch[-1]
-        )  # assume the last one is the list of labels
+        a_tensor_batch = TensorBatch(batch[0], batch[-1])  # assume the last one is the list of labels
         return a_tensor_batch
 
     def reverse_transform(self, tensor_batch: TensorBatch):
@@ -128,7 +116,7 @@ class SiftingImplementedLoss(Loss):
     # You should add the following initializaztion function
     # to calculate loss per sample, not per batch.
     def __init__(self):
-        self.loss_no_reduction = torch.nn.CrossEntropyLoss(reduction='none')
+        self.loss_no_reduction = torch.nn.CrossEntropyLoss(reduction="none")
 
     def loss(
         self,
@@ -137,7 +125,7 @@ class SiftingImplementedLoss(Loss):
         original_batch: Any = None,
     ) -> torch.Tensor:
         device = next(model.parameters()).device
-        batch = [t.to(device) for t in original_batch] # use this if you use original batch and skipped step 2
+        batch = [t.to(device) for t in original_batch]  # use this if you use original batch and skipped step 2
         # batch = [t.to(device) for t in transformed_batch] # use this if you transformed batches in step 2
 
         # compute loss
@@ -147,12 +135,10 @@ class SiftingImplementedLoss(Loss):
 
 def seed001_sift_config():
     """Seed 001's config, verbatim."""
-    sift_config=RelativeProbabilisticSiftConfig(
+    sift_config = RelativeProbabilisticSiftConfig(
         beta_value=0.5,
         loss_history_length=500,
-        loss_based_sift_config=LossConfig(
-             sift_config=SiftingBaseConfig(sift_delay=0)
-        )
+        loss_based_sift_config=LossConfig(sift_config=SiftingBaseConfig(sift_delay=0)),
     )
     return sift_config
 
@@ -282,15 +268,14 @@ def test_seed000_bert_example_trains_and_sifts():
     sift_config = RelativeProbabilisticSiftConfig(
         beta_value=3,
         loss_history_length=500,
-        loss_based_sift_config=LossConfig(
-            sift_config=SiftingBaseConfig(sift_delay=10)
-        )
+        loss_based_sift_config=LossConfig(sift_config=SiftingBaseConfig(sift_delay=10)),
     )
-    train_dataloader =  SiftingDataloader(
-        sift_config = sift_config,
+    train_dataloader = SiftingDataloader(
+        sift_config=sift_config,
         orig_dataloader=DataLoader(train, batch_size, shuffle=True),
         loss_impl=SiftBertLoss(),
-        model=model)
+        model=model,
+    )
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3)
     criterion = nn.CrossEntropyLoss()
@@ -363,12 +348,12 @@ def test_seed001_transform_with_labels_trains(transform_cls):
 
     # Wrap the PyTorch data loader by SiftingDataloder
     train_dataloader = SiftingDataloader(
-        sift_config=sift_config, # config object of RelativeProbabilisticSiftConfig
+        sift_config=sift_config,  # config object of RelativeProbabilisticSiftConfig
         orig_dataloader=train_dataloader,
-        batch_transforms=transform_cls(), # Optional, this is the custom class from step 2
-        loss_impl=SiftingImplementedLoss(), # PyTorch loss function wrapped by the Sifting Loss interface
+        batch_transforms=transform_cls(),  # Optional, this is the custom class from step 2
+        loss_impl=SiftingImplementedLoss(),  # PyTorch loss function wrapped by the Sifting Loss interface
         model=model,
-        log_batch_data=False
+        log_batch_data=False,
     )
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3)
@@ -447,7 +432,7 @@ def test_seed001_transform_without_labels_emits_inputs_only():
         batch_transforms=ListBatchTransformNoLabels(),
         loss_impl=SiftingImplementedLoss(),
         model=model,
-        log_batch_data=False
+        log_batch_data=False,
     )
     emitted_rows = []
     epochs = 3

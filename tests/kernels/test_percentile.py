@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 import torch
-
 from neuron_sift.kernels import percentile_rank
 
 BATCH_SIZES = (1, 5, 64)
@@ -203,7 +202,9 @@ def _auto_choice(monkeypatch, b, h, method):
     history = torch.randn(h)
     losses = torch.cat([history[: b // 2], torch.randn(b - b // 2)])
     fill = torch.tensor(h - 3)
-    same = torch.equal(percentile_rank_auto(losses, history, fill, method=method), percentile_rank(losses, history, fill))
+    same = torch.equal(
+        percentile_rank_auto(losses, history, fill, method=method), percentile_rank(losses, history, fill)
+    )
     monkeypatch.setattr(percentile_module, "percentile_rank_sorted", real)
     assert len(calls) <= 1
     return (calls[0] if calls else "pairwise"), same
@@ -230,13 +231,17 @@ def test_auto_picks_by_static_size_and_method_only(monkeypatch):
 
 @pytest.mark.xla
 def test_sorted_on_xla_is_identical_and_has_no_fallback():
-    torch_xla = pytest.importorskip("torch_xla", reason="torch-xla not installed (CI installs it: pip install -e .[xla])")
+    torch_xla = pytest.importorskip(
+        "torch_xla", reason="torch-xla not installed (CI installs it: pip install -e .[xla])"
+    )
     import torch_xla.debug.metrics as met
 
     device = torch_xla.device()
     rng = np.random.default_rng(11)
     history = _values(rng, 4096, "ties")
-    losses = np.where(rng.random(256) < 0.5, rng.choice(history, size=256), _values(rng, 256, "ties")).astype(np.float32)
+    losses = np.where(rng.random(256) < 0.5, rng.choice(history, size=256), _values(rng, 256, "ties")).astype(
+        np.float32
+    )
     losses[:3] = [np.inf, -np.inf, np.nan]
     h_cpu, l_cpu = torch.from_numpy(history), torch.from_numpy(losses)
     met.clear_counters()

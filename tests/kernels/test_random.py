@@ -10,7 +10,6 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from neuron_sift.kernels import uniform_from_counter
 
 STEP = 2.0**-23  # documented grid: (j + 0.5) * 2**-23
@@ -152,7 +151,9 @@ def test_pairs_fill_the_unit_square_evenly():
     # Serial test on consecutive pairs of one stream: 8x8 cells, chi-square with 63 d.o.f.
     u = draw(77, 3, 100_000).numpy()
     x, y = u[0::2], u[1::2]
-    cells = np.floor(x.astype(np.float64) * 8).astype(np.int64) * 8 + np.floor(y.astype(np.float64) * 8).astype(np.int64)
+    cells = np.floor(x.astype(np.float64) * 8).astype(np.int64) * 8 + np.floor(y.astype(np.float64) * 8).astype(
+        np.int64
+    )
     counts = np.bincount(cells, minlength=64)
     expected = len(x) / 64
     stat = float(((counts - expected) ** 2 / expected).sum())

@@ -6,7 +6,6 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from neuron_sift.kernels.scores import (
     gather_weights,
     new_score_table,

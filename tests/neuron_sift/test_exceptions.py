@@ -80,7 +80,11 @@ def assert_context_visible(exc, caplog, expected):
     "where, make, expected",
     [
         ("the loss", lambda: loader(loss_impl=BoomLoss()), "while scoring source batch 0 of epoch 1"),
-        ("the transform", lambda: loader(batch_transforms=BoomTransform()), "while transforming source batch 0 of epoch 1"),
+        (
+            "the transform",
+            lambda: loader(batch_transforms=BoomTransform()),
+            "while transforming source batch 0 of epoch 1",
+        ),
         (
             "the source loader",
             lambda: loader(orig_dataloader=DataLoader(FailsAtSample(32, bad=17), batch_size=8)),

@@ -25,8 +25,17 @@ def launch(worker, tmp_path, world, *args, tag="run"):
     out = tmp_path / tag
     out.mkdir(exist_ok=True)
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={world}", "--nnodes=1",
-        "--master_addr=127.0.0.1", f"--master_port={free_port()}", worker, "--out", str(out), *args,
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={world}",
+        "--nnodes=1",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        worker,
+        "--out",
+        str(out),
+        *args,
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT, PYTHONFAULTHANDLER="1")
     try:

@@ -14,14 +14,20 @@ probe checks torch-xla's op counters for it instead (``MASK_OPS``).
 
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
 
 MAX_TOPK = 16384
 INT32_MAX = 2**31 - 1
 INT_TYPES = ("s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "pred")
 # torch-xla op counters that mean a boolean-mask read or assignment was traced.
-MASK_OPS = ("xla::index_put_", "xla::index_put", "xla::masked_scatter", "xla::masked_scatter_",
-            "xla::masked_select", "xla::nonzero", "xla::_index_put_impl_")
+MASK_OPS = (
+    "xla::index_put_",
+    "xla::index_put",
+    "xla::masked_scatter",
+    "xla::masked_scatter_",
+    "xla::masked_select",
+    "xla::nonzero",
+    "xla::_index_put_impl_",
+)
 
 _HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*\(.*\)\s*->\s*.*\{\s*$")
 _INSTR = re.compile(r"^\s*(ROOT\s+)?%([\w.\-]+)\s*=\s*(.*)$")
@@ -33,7 +39,7 @@ class Instr:
     name: str
     type: str
     opcode: str
-    operands: List[str]
+    operands: list[str]
     attrs: str
     root: bool
     raw: str  # the text between the opcode's parentheses
@@ -46,7 +52,7 @@ class Finding:
     detail: str
 
 
-def _split_type(rest: str) -> Tuple[str, str]:
+def _split_type(rest: str) -> tuple[str, str]:
     """``'(s64[2], s32[2]) sort(...)'`` -> (type, remainder)."""
     if rest.startswith("("):
         depth = 0
@@ -76,9 +82,9 @@ def _parse_instr(line: str):
     return Instr(m.group(2), type_, opcode.strip(), operands, args[end + 1 :], bool(m.group(1)), args[:end])
 
 
-def parse_module(text: str) -> Dict[str, List[Instr]]:
+def parse_module(text: str) -> dict[str, list[Instr]]:
     """Computation name -> its instructions."""
-    comps: Dict[str, List[Instr]] = {}
+    comps: dict[str, list[Instr]] = {}
     current = None
     for line in text.splitlines():
         h = _HEADER.match(line)
@@ -95,7 +101,7 @@ def parse_module(text: str) -> Dict[str, List[Instr]]:
     return comps
 
 
-def _shapes(type_: str) -> List[Tuple[str, List[int]]]:
+def _shapes(type_: str) -> list[tuple[str, list[int]]]:
     return [(t, [int(d) for d in dims.split(",") if d]) for t, dims in _SHAPE.findall(type_)]
 
 
@@ -104,10 +110,10 @@ def _attr(attrs: str, name: str) -> str:
     return m.group(1) if m else ""
 
 
-def check_module(name: str, text: str) -> List[Finding]:
+def check_module(name: str, text: str) -> list[Finding]:
     comps = parse_module(text)
     roots = {c: next((i for i in instrs if i.root), None) for c, instrs in comps.items()}
-    out: List[Finding] = []
+    out: list[Finding] = []
     for instrs in comps.values():
         for ins in instrs:
             shapes = _shapes(ins.type)

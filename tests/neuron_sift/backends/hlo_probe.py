@@ -39,7 +39,9 @@ def main() -> None:
                 seed=0,
             )
             loader = SiftingDataloader(
-                sift_config=cfg, orig_dataloader=DataLoader(data, batch_size=b), loss_impl=ColumnLoss(),
+                sift_config=cfg,
+                orig_dataloader=DataLoader(data, batch_size=b),
+                loss_impl=ColumnLoss(),
                 model=torch.nn.Linear(1, 1).to(device),
             )
             for _ in range(2):

@@ -37,19 +37,27 @@ def _hlo(body: str, extra: str = "") -> str:
 
 
 COMBINER_ADD = "%add_s64 (a: s64[], b: s64[]) -> s64[] {\n  %a = s64[] parameter(0)\n  %b = s64[] parameter(1)\n  ROOT %s = s64[] add(%a, %b)\n}\n"
-COMBINER_SET = "%set_s64 (a: s64[], b: s64[]) -> s64[] {\n  %a = s64[] parameter(0)\n  ROOT %b = s64[] parameter(1)\n}\n"
+COMBINER_SET = (
+    "%set_s64 (a: s64[], b: s64[]) -> s64[] {\n  %a = s64[] parameter(0)\n  ROOT %b = s64[] parameter(1)\n}\n"
+)
 
 
 @pytest.mark.parametrize(
     "text,rule",
     [
         (_hlo("  ROOT %s = (s64[256]{0}, s32[256]{0}) sort(%x, %i), dimensions={0}, to_apply=%lt"), "sort of integers"),
-        (_hlo("  ROOT %s = (f32[33024]{0}, s32[33024]{0}) sort(%x, %i), dimensions={0}, is_stable=true, to_apply=%lt"),
-         "sort longer than 16384"),
+        (
+            _hlo(
+                "  ROOT %s = (f32[33024]{0}, s32[33024]{0}) sort(%x, %i), dimensions={0}, is_stable=true, to_apply=%lt"
+            ),
+            "sort longer than 16384",
+        ),
         (_hlo("  ROOT %t = (s32[8]{0}, s32[8]{0}) topk(%x), k=8, largest=true"), "TopK on integers"),
         (_hlo("  ROOT %t = (f32[20000]{0}, s32[20000]{0}) topk(%x), k=20000, largest=true"), "TopK with k > 16384"),
-        (_hlo("  ROOT %c = s64[129]{0} scatter(%a, %i, %u), update_window_dims={}, to_apply=%add_s64", COMBINER_ADD),
-         "integer scatter with arithmetic combiner"),
+        (
+            _hlo("  ROOT %c = s64[129]{0} scatter(%a, %i, %u), update_window_dims={}, to_apply=%add_s64", COMBINER_ADD),
+            "integer scatter with arithmetic combiner",
+        ),
         (_hlo("  ROOT %k = s64[] constant(4294967296)"), "int64 constant outside int32"),
         (_hlo("  ROOT %k = s64[3]{0} constant({1, -3000000000, 2})"), "int64 constant outside int32"),
     ],

@@ -11,8 +11,12 @@ try:  # without torch-xla these tests are deselected by scripts/test.sh, skipped
 except ImportError:
     torch_xla = None
 
-from neuron_sift import LossOutputException, RelativeProbabilisticSiftConfig, SiftingDataloader  # noqa: E402
-from neuron_sift import TracedLoss  # noqa: E402
+from neuron_sift import (  # noqa: E402
+    LossOutputException,
+    RelativeProbabilisticSiftConfig,
+    SiftingDataloader,
+    TracedLoss,  # noqa: E402
+)
 from tests.neuron_sift.backends.test_xla_backend import classification_data  # noqa: E402
 from tests.neuron_sift.dataloader.fakes import Classifier  # noqa: E402
 
@@ -27,8 +31,11 @@ def train(loss_impl, mode, epochs=2):
     model = Classifier().to(device)
     loader = SiftingDataloader(
         sift_config=RelativeProbabilisticSiftConfig(
-            beta_value=1.0, loss_history_length=128, selection_mode=mode,
-            loss_based_sift_config={"sift_config": {"sift_delay": 0}}, seed=0,
+            beta_value=1.0,
+            loss_history_length=128,
+            selection_mode=mode,
+            loss_based_sift_config={"sift_config": {"sift_delay": 0}},
+            seed=0,
         ),
         orig_dataloader=torch.utils.data.DataLoader(classification_data(600), batch_size=64),  # 600 % 64 = 24
         loss_impl=loss_impl,

@@ -88,8 +88,13 @@ def probes():
     """One fresh-process run per loop: plain DataLoader, and sifted in each mode and source."""
     return {
         (mode, source): probe(mode, source)
-        for mode, source in [("plain", "dataloader"), ("fixed", "dataloader"), ("probabilistic", "dataloader"),
-                             ("fixed", "mp"), ("probabilistic", "mp")]
+        for mode, source in [
+            ("plain", "dataloader"),
+            ("fixed", "dataloader"),
+            ("probabilistic", "dataloader"),
+            ("fixed", "mp"),
+            ("probabilistic", "mp"),
+        ]
     }
 
 

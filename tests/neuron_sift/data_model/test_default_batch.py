@@ -161,7 +161,9 @@ def test_batch_encoding():
     def collate(samples):
         return BatchEncoding(
             {
-                "input_ids": torch.stack([s["input_ids"] for s in samples]) if samples else torch.zeros(0, 5, dtype=torch.long),
+                "input_ids": torch.stack([s["input_ids"] for s in samples])
+                if samples
+                else torch.zeros(0, 5, dtype=torch.long),
                 "attention_mask": torch.stack([s["attention_mask"] for s in samples])
                 if samples
                 else torch.zeros(0, 5, dtype=torch.long),
@@ -186,7 +188,10 @@ def test_numpy_array_batch():
 
 def test_numpy_arrays_in_lists_and_dicts():
     def collate_list(s):
-        return [np.stack([x for x, _ in s]) if s else np.zeros((0, 2), np.int32), np.array([y for _, y in s], dtype=np.int64)]
+        return [
+            np.stack([x for x, _ in s]) if s else np.zeros((0, 2), np.int32),
+            np.array([y for _, y in s], dtype=np.int64),
+        ]
 
     samples = [(np.array([i, i + 1], dtype=np.int32), i) for i in range(10)]
     run_case(samples, collate_list)

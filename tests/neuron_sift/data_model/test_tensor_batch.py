@@ -21,7 +21,9 @@ def test_is_a_sifting_batch_at_the_smart_sifting_path():
     assert len(_batch(4)) == 4
 
 
-@pytest.mark.parametrize("indices", [[4, 0, 2], (1,), range(3, 6), torch.tensor([5, 1]), torch.tensor([2], dtype=torch.int32)])
+@pytest.mark.parametrize(
+    "indices", [[4, 0, 2], (1,), range(3, 6), torch.tensor([5, 1]), torch.tensor([2], dtype=torch.int32)]
+)
 def test_select_rows_in_the_given_order(indices):
     b = _batch()
     s = b.select(indices)

@@ -28,9 +28,15 @@ class ColumnLoss:
 
 def make(mode):
     config = RelativeProbabilisticSiftConfig(
-        beta_value=1.5, loss_history_length=40, loss_based_sift_config={"sift_config": {"sift_delay": 2}}, selection_mode=mode, seed=3
+        beta_value=1.5,
+        loss_history_length=40,
+        loss_based_sift_config={"sift_config": {"sift_delay": 2}},
+        selection_mode=mode,
+        seed=3,
     )
-    return SiftingDataloader(config, DataLoader(Samples(), batch_size=8), loss_impl=ColumnLoss(), model=torch.nn.Linear(1, 1))
+    return SiftingDataloader(
+        config, DataLoader(Samples(), batch_size=8), loss_impl=ColumnLoss(), model=torch.nn.Linear(1, 1)
+    )
 
 
 def ids(batch):

@@ -211,8 +211,11 @@ def test_crashing_worker_surfaces_and_does_not_hang():
 def test_worker_exception_keeps_its_type():
     data = Faulty(bad=57)
     loader = SiftingDataloader(
-        sift_config={"beta_value": 1.0, "loss_history_length": 16,
-                     "loss_based_sift_config": {"sift_config": {"sift_delay": 0}}},
+        sift_config={
+            "beta_value": 1.0,
+            "loss_history_length": 16,
+            "loss_based_sift_config": {"sift_config": {"sift_delay": 0}},
+        },
         orig_dataloader=DataLoader(data, batch_size=10, num_workers=2),
         loss_impl=ScriptedLoss(),
         model=torch.nn.Linear(1, 1),
@@ -246,8 +249,16 @@ def test_nothing_is_written_to_disk(tmp_path, monkeypatch, caplog):
 
     with caplog.at_level(logging.INFO, logger="neuron_sift"):
         with monkeypatch.context() as m:
-            for owner, name in [(builtins, "open"), (io, "open"), (os, "open"), (os, "mkdir"), (os, "makedirs"),
-                                (tempfile, "mkstemp"), (tempfile, "NamedTemporaryFile"), (socket, "socket")]:
+            for owner, name in [
+                (builtins, "open"),
+                (io, "open"),
+                (os, "open"),
+                (os, "mkdir"),
+                (os, "makedirs"),
+                (tempfile, "mkstemp"),
+                (tempfile, "NamedTemporaryFile"),
+                (socket, "socket"),
+            ]:
                 m.setattr(owner, name, refuse(f"{owner.__name__}.{name}"))
             emitted = list(loader)
     assert emitted and opened == []

@@ -185,4 +185,3 @@ def assert_same(got, want):
             assert_same(g, w)
     else:
         assert got == want
-

@@ -17,9 +17,8 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from neuron_sift import Loss, RelativeProbabilisticSiftConfig, SiftingDataloader
 from neuron_sift.integrations.schedules import ExactLengthLoader, epoch_plan, planned_steps, planned_steps_std
-from tests.neuron_sift.integrations.readme_examples import example
 from tests.neuron_sift.dataloader.fakes import Classifier
-
+from tests.neuron_sift.integrations.readme_examples import example
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -87,7 +86,9 @@ def count_epoch(loader):
 
 
 @pytest.mark.parametrize("delay,repeat", [(0, False), (3, False), (20, False), (3, True)])
-@pytest.mark.parametrize("n,batch_size,beta,drop_last", [(100, 8, 1.0, False), (203, 16, 2.0, False), (99, 10, 0.5, True)])
+@pytest.mark.parametrize(
+    "n,batch_size,beta,drop_last", [(100, 8, 1.0, False), (203, 16, 2.0, False), (99, 10, 0.5, True)]
+)
 def test_fixed_plan_is_exact_epoch_by_epoch(delay, repeat, n, batch_size, beta, drop_last):
     epochs = 5
     fresh = oracle_loader(n, batch_size, config("fixed", beta, delay, repeat), drop_last=drop_last)

@@ -321,7 +321,7 @@ def test_scoring_runs_in_eval_no_grad_and_restores_modes():
         loss_impl=_CE(),
         model=model,
     )
-    for x, y in loader:
+    for x, _y in loader:
         assert model.training and not model.drop.training
         assert x.shape == (8, 3)
     assert model.seen_training and not any(model.seen_training)

@@ -111,7 +111,9 @@ def test_pending_strings_and_dicts_survive_weights_only_load():
     def build():
         return SiftingDataloader(
             sift_config=RelativeProbabilisticSiftConfig(
-                beta_value=1.0, loss_history_length=20, loss_based_sift_config={"sift_config": {"sift_delay": 0}},
+                beta_value=1.0,
+                loss_history_length=20,
+                loss_based_sift_config={"sift_config": {"sift_delay": 0}},
                 seed=1,
             ),
             orig_dataloader=DataLoader(DS(), batch_size=8),
@@ -174,7 +176,14 @@ def test_version_1_checkpoints_load_and_resume_exactly(mode):
     assert rest == saved["rest"]
     again = loader.state_dict()
     assert again["version"] == 2 and set(again) == {
-        "version", "loader", "sift_state", "counts", "delay", "epoch", "agreement", "pending"
+        "version",
+        "loader",
+        "sift_state",
+        "counts",
+        "delay",
+        "epoch",
+        "agreement",
+        "pending",
     }
 
 

@@ -34,7 +34,10 @@ def run(mode, host_step, epochs=3):
     losses[[5, 77, 140]] = float("nan")
     losses[200] = float("inf")
     loader = SiftingDataloader(
-        sift_config=config(mode), orig_dataloader=loss_table_loader(losses, 32), loss_impl=OracleLoss(), model=tiny_model()
+        sift_config=config(mode),
+        orig_dataloader=loss_table_loader(losses, 32),
+        loss_impl=OracleLoss(),
+        model=tiny_model(),
     )
     if host_step is not None:  # None: the loader's own choice
         loader.sifter = Sifter(loader.sift_config, loader.backend, loader.ranks, host_step=host_step)

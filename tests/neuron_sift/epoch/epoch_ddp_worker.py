@@ -56,8 +56,9 @@ def main() -> None:
     cfg = {"seed": 7, "anneal_fraction": 0.2}
     if args.budget is not None:
         cfg["kept_share"] = args.budget
-    loader = EpochSiftingDataloader(cfg, DataLoader(data, batch_size=args.batch_size, shuffle=True),
-                                    num_epochs=args.epochs)
+    loader = EpochSiftingDataloader(
+        cfg, DataLoader(data, batch_size=args.batch_size, shuffle=True), num_epochs=args.epochs
+    )
     state_path = os.path.join(args.out, f"state_rank{rank}.pt")
     if args.load:
         loader.load_state_dict(torch.load(state_path, weights_only=True))
@@ -88,9 +89,20 @@ def main() -> None:
         steps.append(n)
     params = torch.cat([q.detach().flatten() for q in model.parameters()]).tolist()
     with open(os.path.join(args.out, f"rank{rank}{'_resumed' if args.load else ''}.json"), "w") as f:
-        json.dump({"rank": rank, "world": world, "steps": steps, "ids": ids_seen, "plans": plans, "merged": merged,
-                   "params": params, "all_reduce": CALLS["all_reduce"],
-                   "kept": [h["kept"] for h in loader.history]}, f)
+        json.dump(
+            {
+                "rank": rank,
+                "world": world,
+                "steps": steps,
+                "ids": ids_seen,
+                "plans": plans,
+                "merged": merged,
+                "params": params,
+                "all_reduce": CALLS["all_reduce"],
+                "kept": [h["kept"] for h in loader.history],
+            },
+            f,
+        )
     dist.barrier()
     del model  # DDP (and its reducer) hold the process group: see torchrun.release_process_group
     release_process_group()

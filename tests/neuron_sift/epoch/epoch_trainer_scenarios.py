@@ -9,8 +9,14 @@ import tempfile
 
 import torch
 from torch.utils.data import Dataset
-from transformers import (BertConfig, BertForSequenceClassification, GPT2Config, GPT2LMHeadModel, Trainer,
-                          TrainingArguments)
+from transformers import (
+    BertConfig,
+    BertForSequenceClassification,
+    GPT2Config,
+    GPT2LMHeadModel,
+    Trainer,
+    TrainingArguments,
+)
 
 from neuron_sift.integrations.epoch_trainer import enable_epoch_sifting
 
@@ -29,10 +35,19 @@ class Toy(Dataset):
 
 
 def run(model, data, out, epochs=4, accumulate=1, share=0.5):
-    args = TrainingArguments(output_dir=out, per_device_train_batch_size=8, num_train_epochs=epochs,
-                             learning_rate=1e-3, lr_scheduler_type="linear", logging_steps=2, report_to=[],
-                             save_strategy="no", gradient_accumulation_steps=accumulate, use_cpu=True,
-                             disable_tqdm=True)
+    args = TrainingArguments(
+        output_dir=out,
+        per_device_train_batch_size=8,
+        num_train_epochs=epochs,
+        learning_rate=1e-3,
+        lr_scheduler_type="linear",
+        logging_steps=2,
+        report_to=[],
+        save_strategy="no",
+        gradient_accumulation_steps=accumulate,
+        use_cpu=True,
+        disable_tqdm=True,
+    )
     trainer = Trainer(model=model, args=args, train_dataset=data, eval_dataset=data)
     enable_epoch_sifting(trainer, {"seed": 0, "kept_share": share, "anneal_fraction": 0.25})
     result = trainer.train()
@@ -57,9 +72,17 @@ def run(model, data, out, epochs=4, accumulate=1, share=0.5):
 
 def main():
     torch.manual_seed(0)
-    bert = BertForSequenceClassification(BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
-                                                    num_attention_heads=2, intermediate_size=64,
-                                                    max_position_embeddings=32, num_labels=2))
+    bert = BertForSequenceClassification(
+        BertConfig(
+            vocab_size=100,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=32,
+            num_labels=2,
+        )
+    )
     gpt = GPT2LMHeadModel(GPT2Config(vocab_size=100, n_positions=32, n_embd=32, n_layer=2, n_head=2))
     out = {}
     with tempfile.TemporaryDirectory() as d:

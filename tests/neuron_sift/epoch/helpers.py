@@ -1,7 +1,7 @@
 """Shared pieces of the epoch-level tests: an id-carrying dataset and an oracle loss."""
 
-import threading
 import queue
+import threading
 
 import torch
 from torch.utils.data import Dataset

@@ -42,7 +42,7 @@ def loader_for(meta):
 def train_to_the_end(loader, num_epochs):
     seen = []
     while True:
-        for x, y in loader:
+        for x, _y in loader:
             seen.append(ids_of(x))
             loader.weighted_loss(oracle_loss(x))
         if loader.epoch >= num_epochs:
@@ -89,14 +89,19 @@ def test_the_state_is_the_parts_states_under_their_names():
     ds = IdDataset(60)
     a = EpochSiftingDataloader({"seed": 2, "noise_guard_epochs": 1}, DataLoader(ds, batch_size=8), num_epochs=4)
     for _ in range(2):
-        for x, y in a:
+        for x, _y in a:
             a.weighted_loss(oracle_loss(x))
     state = a.state_dict()
     assert set(state) == {"version", "kind", "in_progress", *PARTS}
     assert state["in_progress"] == state["progress"]["in_progress"]
     parts = {
-        "planner": a.planner, "progress": a.progress, "tables": a.tables, "shares": a.shares,
-        "guard": a.guard, "pairing": a.pairing, "history": a.epoch_log,
+        "planner": a.planner,
+        "progress": a.progress,
+        "tables": a.tables,
+        "shares": a.shares,
+        "guard": a.guard,
+        "pairing": a.pairing,
+        "history": a.epoch_log,
     }
     assert set(parts) == set(PARTS)
     for name, part in parts.items():
@@ -110,7 +115,7 @@ def test_the_state_is_the_parts_states_under_their_names():
 def test_unpaired_batches_are_counted_across_a_resume():
     ds = IdDataset(64)
     a = EpochSiftingDataloader({"seed": 1}, DataLoader(ds, batch_size=16), num_epochs=3)
-    for i, (x, y) in enumerate(a):
+    for i, (x, _y) in enumerate(a):
         if i != 1:
             a.weighted_loss(oracle_loss(x))
     it = iter(a)  # the next epoch: the batch without its loss is counted as dropped
@@ -158,7 +163,7 @@ def test_a_resume_after_prefetched_batches_matches_across_the_new_layout():
     a = new()
     first = []
     for _ in range(2):  # a full epoch of 12 batches, then 1 of the sifted epoch's 6
-        for x, y in Prefetcher(a, depth=2):
+        for x, _y in Prefetcher(a, depth=2):
             first.append(ids_of(x))
             a.weighted_loss(oracle_loss(x))
             if len(first) == 13:
@@ -171,7 +176,11 @@ def test_a_resume_after_prefetched_batches_matches_across_the_new_layout():
 
 def test_no_device_type_tests_in_the_epoch_package():
     """Device questions go to the backend (``holds_on_host``, ``same_device``, ``sort_method``)."""
-    offenders = [p.name for p in EPOCH_DIR.glob("*.py") if any(t in p.read_text() for t in (".type ==", ".type !=", "device.type"))]
+    offenders = [
+        p.name
+        for p in EPOCH_DIR.glob("*.py")
+        if any(t in p.read_text() for t in (".type ==", ".type !=", "device.type"))
+    ]
     assert offenders == []
 
 

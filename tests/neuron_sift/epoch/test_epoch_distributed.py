@@ -49,4 +49,4 @@ def test_each_rank_resumes_its_own_state(tmp_path):
     resumed = results(launch(tmp_path, 2, *common, "--load", tag="full"), 2, resumed=True)
     for r in range(2):
         assert resumed[r]["ids"] == full[r]["ids"][40:]
-        assert resumed[r]["plans"][1:] == full[r]["plans"][-(len(resumed[r]["plans"]) - 1):]
+        assert resumed[r]["plans"][1:] == full[r]["plans"][-(len(resumed[r]["plans"]) - 1) :]

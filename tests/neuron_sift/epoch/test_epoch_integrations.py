@@ -21,8 +21,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)
 def test_hugging_face_trainer_scenarios():
     pytest.importorskip("transformers")
     env = dict(os.environ, USE_TORCH_XLA="0", PJRT_DEVICE="CPU", PYTHONPATH=ROOT)
-    done = subprocess.run([sys.executable, "-m", "tests.neuron_sift.epoch.epoch_trainer_scenarios"],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.neuron_sift.epoch.epoch_trainer_scenarios"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     for name in ("classification", "causal_lm"):
@@ -41,8 +47,9 @@ def small_run(epochs=4):
     y = (x[:, 0] > 0).long()
     model = torch.nn.Linear(6, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.3)
-    loader = EpochSiftingDataloader({"seed": 0, "kept_share": 0.5}, DataLoader(TensorDataset(x, y), batch_size=32),
-                                    num_epochs=epochs)
+    loader = EpochSiftingDataloader(
+        {"seed": 0, "kept_share": 0.5}, DataLoader(TensorDataset(x, y), batch_size=32), num_epochs=epochs
+    )
     total = loader.planned_steps()  # exact with a budget: the schedule's length
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 - s / total)
     steps = 0
@@ -96,8 +103,9 @@ def test_lightning_fit_with_the_epoch_loader():
             g = torch.Generator().manual_seed(0)
             x = torch.randn(200, 6, generator=g)
             y = (x[:, 0] > 0).long()
-            self.sift = EpochSiftingDataloader({"seed": 0, "kept_share": 0.4},
-                                               DataLoader(TensorDataset(x, y), batch_size=16), num_epochs=4)
+            self.sift = EpochSiftingDataloader(
+                {"seed": 0, "kept_share": 0.4}, DataLoader(TensorDataset(x, y), batch_size=16), num_epochs=4
+            )
             return self.sift
 
         def training_step(self, batch, i):
@@ -108,8 +116,15 @@ def test_lightning_fit_with_the_epoch_loader():
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
     m = Module()
-    trainer = L.Trainer(max_epochs=4, accelerator="cpu", logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, callbacks=[lightning_callback()])
+    trainer = L.Trainer(
+        max_epochs=4,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[lightning_callback()],
+    )
     trainer.fit(m)
     metrics = m.sift.metrics()
     assert [e["kind"] for e in metrics["epochs"]] == ["warmup", "sift", "sift", "sift"]
@@ -132,8 +147,9 @@ def test_metrics_report_the_planners_planned_steps():
     """The metrics surface shows the same count the schedule and the Trainer are sized by."""
     loader, _, steps = small_run(epochs=4)
     assert epoch_metrics(loader).scalars()["planned_steps"] == loader.planned_steps() == 0
-    fresh = EpochSiftingDataloader({"seed": 0, "kept_share": 0.5}, DataLoader(TensorDataset(torch.zeros(256, 1)), batch_size=32),
-                                   num_epochs=4)
+    fresh = EpochSiftingDataloader(
+        {"seed": 0, "kept_share": 0.5}, DataLoader(TensorDataset(torch.zeros(256, 1)), batch_size=32), num_epochs=4
+    )
     assert epoch_metrics(fresh).values["planned_steps"] == fresh.planned_steps() == steps
     no_length = EpochSiftingDataloader({}, DataLoader(TensorDataset(torch.zeros(8, 1)), batch_size=4))
     assert "planned_steps" not in epoch_metrics(no_length).scalars()

@@ -80,7 +80,7 @@ def train(loader, epochs, stop=None):
     device = torch_xla.device()
     seen = []
     for _ in range(epochs):
-        for x, y in loader:
+        for x, _y in loader:
             seen.append(ids_of(x))
             out = loader.weighted_loss(oracle_loss(x).to(device))
             assert out.device.type == "xla"
@@ -113,7 +113,7 @@ def test_exact_resume_on_xla():
     b.load_state_dict(state)
     device = torch_xla.device()
     rest = []
-    for x, y in b:
+    for x, _y in b:
         rest.append(ids_of(x))
         b.weighted_loss(oracle_loss(x).to(device))
         torch_xla.sync()

@@ -3,7 +3,6 @@ of losses with their samples (workers, prefetching, micro-batches), errors, leng
 
 import math
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -24,7 +23,7 @@ def run_epoch(loader, wrap=None):
     """One epoch with oracle losses; returns the ids of every batch in training order."""
     seen = []
     it = wrap(loader) if wrap else loader
-    for x, y in it:
+    for x, _y in it:
         seen.append(ids_of(x))
         loader.weighted_loss(oracle_loss(x))
     return seen
@@ -69,7 +68,7 @@ def test_weighted_loss_value_and_gradient():
     run_epoch(loader)  # warm-up: every sample scored
     loader.start_epoch()
     it = iter(loader)
-    for x, y in it:
+    for x, _y in it:
         ids = torch.tensor(ids_of(x))
         losses = oracle_loss(x).requires_grad_()
         out = loader.weighted_loss(losses)
@@ -122,7 +121,7 @@ def test_a_wrapper_given_as_source_is_kept_around_the_planned_loader():
 def test_micro_batches_with_partial():
     ds, loader = make(n=64, batch=16, epochs=2)
     trained = []
-    for x, y in loader:
+    for x, _y in loader:
         for part in torch.tensor_split(x, 3):
             loader.weighted_loss(oracle_loss(part), partial=True)
         trained += ids_of(x)
@@ -134,7 +133,9 @@ def test_pairing_errors_are_clear_and_record_nothing():
     ds, loader = make(n=64, batch=16, epochs=2)
     it = iter(loader)
     x, y = next(it)
-    with pytest.raises(LossOutputException, match="got 15 losses but the batch they belong to has 16 samples.*partial=True"):
+    with pytest.raises(
+        LossOutputException, match="got 15 losses but the batch they belong to has 16 samples.*partial=True"
+    ):
         loader.weighted_loss(oracle_loss(x)[:15])
     with pytest.raises(LossOutputException, match="got 17 losses"):
         loader.weighted_loss(torch.cat([oracle_loss(x), oracle_loss(x[:1])]))
@@ -155,11 +156,11 @@ def test_pairing_errors_are_clear_and_record_nothing():
 
 def test_a_batch_without_its_loss_is_counted_at_the_next_epoch(caplog):
     ds, loader = make(n=64, batch=16, epochs=3)
-    for i, (x, y) in enumerate(loader):
+    for i, (x, _y) in enumerate(loader):
         if i != 2:
             loader.weighted_loss(oracle_loss(x))
     with caplog.at_level("WARNING"):
-        for x, y in loader:
+        for x, _y in loader:
             loader.weighted_loss(oracle_loss(x))
     assert loader.metrics()["unpaired_batches"] == 1
     assert "never got their losses" in caplog.text
@@ -184,7 +185,7 @@ def test_nonfinite_losses_are_counted_not_recorded_and_stay_visible():
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
 def test_low_and_high_precision_losses(dtype):
     ds, loader = make(n=32, batch=8, epochs=2)
-    for x, y in loader:
+    for x, _y in loader:
         out = loader.weighted_loss(oracle_loss(x).to(dtype))
         assert out.dtype == torch.promote_types(dtype, torch.float32)
     assert not torch.isnan(loader.tables.snapshot()).any()
@@ -199,8 +200,9 @@ def test_user_settings_are_kept():
         xs = torch.stack([s[0] for s in samples])
         return {"x": xs, "y": torch.stack([s[1] for s in samples])}
 
-    dl = DataLoader(ds, batch_size=10, shuffle=True, drop_last=True, collate_fn=collate,
-                    generator=torch.Generator().manual_seed(77))
+    dl = DataLoader(
+        ds, batch_size=10, shuffle=True, drop_last=True, collate_fn=collate, generator=torch.Generator().manual_seed(77)
+    )
     loader = EpochSiftingDataloader({}, dl, num_epochs=3)
     assert loader.seed == 77  # the user's generator seeds the plans when the config has no seed
     n, length = 0, len(loader)
@@ -244,7 +246,7 @@ def test_lengths_of_unbudgeted_epochs_are_whole_batches_and_exact_once_planned()
     assert len(loader) == 20  # warm-up: all data
     expected_total = loader.planned_steps()
     total = 0
-    for epoch in range(5):
+    for _epoch in range(5):
         loader.start_epoch()
         it = iter(loader)
         planned = len(loader)
@@ -254,7 +256,7 @@ def test_lengths_of_unbudgeted_epochs_are_whole_batches_and_exact_once_planned()
         if loader.plan.kind == "sift":
             assert loader.plan.kept % 32 == 0
     share = EpochSiftConfig().expected_kept_share()
-    assert abs(total - expected_total) <= 3  
+    assert abs(total - expected_total) <= 3
     assert expected_total == 20 + 4 * round(share * 640 / 32)  # 5 epochs: no annealing epoch
 
 
@@ -281,7 +283,9 @@ def test_training_reaches_the_model_and_metrics_report():
     y = (x[:, 0] + x[:, 1] > 0).long()
     model = torch.nn.Linear(6, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
-    loader = EpochSiftingDataloader({"seed": 0}, DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True), num_epochs=8)
+    loader = EpochSiftingDataloader(
+        {"seed": 0}, DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True), num_epochs=8
+    )
     for _ in range(8):
         for xb, yb in loader:
             loss = loader.weighted_loss(F.cross_entropy(model(xb), yb, reduction="none"))
@@ -313,7 +317,7 @@ def test_a_stream_prefetching_across_epochs_keeps_pairs_and_weights():
             group = [b for _, b in zip(range(3), it)]
             if not group:
                 break
-            for x, y in group:
+            for x, _y in group:
                 loader.weighted_loss(oracle_loss(x))
                 trained += ids_of(x)
                 checked += 1

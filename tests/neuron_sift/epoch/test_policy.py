@@ -1,7 +1,5 @@
 """The epoch policy (scores -> probabilities -> weights) and the config that selects it."""
 
-import math
-
 import numpy as np
 import pytest
 import torch
@@ -19,7 +17,12 @@ NAN = float("nan")
 def test_defaults_and_dict():
     c = EpochSiftConfig()
     assert (c.policy, c.beta_value, c.min_keep_probability, c.warmup_epochs, c.anneal_fraction) == (
-        "percentile", 1.0, 0.05, 1, 0.125)
+        "percentile",
+        1.0,
+        0.05,
+        1,
+        0.125,
+    )
     assert c.kept_share is None and c.noise_guard_epochs == 0
     d = coerce_epoch_config({"policy": "below_mean", "prune_ratio": 0.3, "kept_share": 0.6})
     assert d.policy == "below_mean" and d.prune_ratio == 0.3 and d.kept_share == 0.6
@@ -145,8 +148,9 @@ def test_weights_are_inverse_probabilities_and_clip():
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("policy", ["percentile", "below_mean"])
 def test_host_formulation_equals_tensor_functions(policy, seed):
-    from neuron_sift.epoch.host_policy import keep_priorities_np, percentile_of_all_np, scale_to_count_np
     from neuron_sift.kernels.scores import percentile_of_all
+
+    from neuron_sift.epoch.host_policy import keep_priorities_np, percentile_of_all_np, scale_to_count_np
 
     rng = np.random.default_rng(seed)
     n = 500
@@ -160,6 +164,8 @@ def test_host_formulation_equals_tensor_functions(policy, seed):
     forced = np.isnan(s)
     k = float(forced.sum() + 100)
     pi_np = scale_to_count_np(p_np, k, forced)
-    pi_t = scale_to_count(torch.from_numpy(p_np), torch.tensor(k, dtype=torch.float64), torch.from_numpy(forced)).numpy()
+    pi_t = scale_to_count(
+        torch.from_numpy(p_np), torch.tensor(k, dtype=torch.float64), torch.from_numpy(forced)
+    ).numpy()
     np.testing.assert_allclose(pi_np, pi_t, atol=1e-9)
     assert pi_np.sum() == pytest.approx(k)

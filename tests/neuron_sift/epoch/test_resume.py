@@ -29,7 +29,7 @@ def train(loader, epochs, stop_after=None, wrap=None):
     seen = []
     for _ in range(epochs):
         source = wrap(loader) if wrap else loader
-        for x, y in source:
+        for x, _y in source:
             seen.append(ids_of(x))
             loader.weighted_loss(oracle_loss(x))
             if stop_after is not None and len(seen) == stop_after:
@@ -60,7 +60,7 @@ def test_resume_at_any_batch_replays_the_uninterrupted_run(cfg, stop):
     rest = []
     in_progress = state["in_progress"]
     if in_progress:
-        for x, y in b:  # the rest of the interrupted epoch
+        for x, _y in b:  # the rest of the interrupted epoch
             rest.append(ids_of(x))
             b.weighted_loss(oracle_loss(x))
     more, _ = train(b, EPOCHS - epoch_of_stop)
@@ -80,7 +80,7 @@ def test_resume_with_batches_prefetched_but_not_trained():
     b = new_loader(cfg)
     b.load_state_dict(state)
     rest = []
-    for x, y in b:
+    for x, _y in b:
         rest.append(ids_of(x))
         b.weighted_loss(oracle_loss(x))
     more, _ = train(b, 3 - b.epoch)

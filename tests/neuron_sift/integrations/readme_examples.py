@@ -4,17 +4,16 @@ them as written. tests/test_doc_examples.py checks that each block marked
 
 import re
 from pathlib import Path
-from typing import List
 
 ROOT = Path(__file__).resolve().parents[3]
 README = ROOT / "README.md"
 
 
-def _pages() -> List[Path]:
+def _pages() -> list[Path]:
     return [*sorted((ROOT / "docs").glob("*.md")), README]
 
 
-def _headings(lines: List[str]):
+def _headings(lines: list[str]):
     """(index, level, title) of the headings outside code fences."""
     fence = False
     for i, line in enumerate(lines):
@@ -36,12 +35,12 @@ def section(title: str) -> str:
         heads = list(_headings(lines))
         for n, (i, level, t) in enumerate(heads):
             if t == title and level <= 3:
-                end = next((j for j, lv, _ in heads[n + 1:] if lv <= level), len(lines))
-                return "\n".join(lines[i + 1:end]) + "\n"
+                end = next((j for j, lv, _ in heads[n + 1 :] if lv <= level), len(lines))
+                return "\n".join(lines[i + 1 : end]) + "\n"
     raise AssertionError(f"no page of docs/ or README.md has a section '{title}'")
 
 
-def python_blocks(title: str) -> List[str]:
+def python_blocks(title: str) -> list[str]:
     """The ```python blocks of a section; there must be at least one."""
     blocks = re.findall(r"^```python\n(.*?)^```", section(title), flags=re.S | re.M)
     if not blocks:

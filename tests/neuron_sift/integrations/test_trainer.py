@@ -23,7 +23,9 @@ pytestmark = pytest.mark.slow
 def run_python(args, env_extra, cwd=ROOT, timeout=600):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), **env_extra)
     done = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, f"exit {done.returncode}\n--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-8000:]}"
+    assert done.returncode == 0, (
+        f"exit {done.returncode}\n--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-8000:]}"
+    )
     return done.stdout
 
 
@@ -111,8 +113,14 @@ def test_gradient_accumulation_counts_optimizer_steps(cpu_runs):
 def test_sifting_metrics_reach_the_trainer_logs(cpu_runs):
     r = cpu_runs["fixed_epochs"]
     assert r["logged"] >= r["global_step"] // 2  # every logging step (2) and the final log
-    for name in ("num_orig_samples_seen", "num_orig_samples_kept", "kept_share", "loss_history_q50",
-                 "machinery_latency", "history_fill"):
+    for name in (
+        "num_orig_samples_seen",
+        "num_orig_samples_kept",
+        "kept_share",
+        "loss_history_q50",
+        "machinery_latency",
+        "history_fill",
+    ):
         assert "sifting/" + name in r["logged_keys"]
     assert r["final_logged_seen"] == r["counts"]["num_orig_samples_seen"]
     assert r["train_metrics_kept_share"] == pytest.approx(r["kept_share"])

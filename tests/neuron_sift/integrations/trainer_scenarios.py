@@ -273,9 +273,9 @@ def xla_scenarios(out):
     loss = SiftBertLoss()
     enable_sifting(trainer, cfg, loss)
     result = observe(trainer, loss, cfg, passes=1)
-    from neuron_sift.metrics import collect_metrics
-
     import torch_xla.debug.metrics as met
+
+    from neuron_sift.metrics import collect_metrics
 
     result["compile_count"] = collect_metrics(trainer).compile_count
     result["compile_time_samples"] = met.metric_data("CompileTime")[0]  # the same count, read directly

@@ -13,18 +13,16 @@ import sys
 import warnings
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
-from torch.utils.data import DataLoader, TensorDataset
-
-import lightning as L
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
+from torch.utils.data import DataLoader, TensorDataset
 
 from neuron_sift import Loss, RelativeProbabilisticSiftConfig, SiftingDataloader
 from neuron_sift.integrations.schedules import ExactLengthLoader
 from neuron_sift.metrics.lightning import TrainingMetricsRecorder
 from tests.neuron_sift.integrations.readme_examples import example
-
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -138,8 +136,16 @@ def test_recorder_logs_sifting_metrics_through_the_trainer_logger():
     every_third = set(range(3, batches + 1, 3))
     assert every_third <= set(steps) and len(set(steps) - every_third) <= 3  # every 3 batches, plus epoch ends
     names = set(logged[-1][1])
-    for name in ("num_orig_samples_seen", "num_orig_samples_kept", "kept_share", "loss_history_q10",
-                 "loss_history_q50", "loss_history_q90", "machinery_latency", "batch_creation_latency"):
+    for name in (
+        "num_orig_samples_seen",
+        "num_orig_samples_kept",
+        "kept_share",
+        "loss_history_q10",
+        "loss_history_q50",
+        "loss_history_q90",
+        "machinery_latency",
+        "batch_creation_latency",
+    ):
         assert "sifting/" + name in names
     seen = [m["sifting/num_orig_samples_seen"] for _, m in logged]
     assert seen == sorted(seen) and seen[0] > 0
@@ -288,6 +294,11 @@ else:
     raise AssertionError("neuron_sift.metrics.lightning imported without lightning")
 print("ok")
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          cwd=Path(__file__).resolve().parents[3])
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[3],
+    )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]

@@ -16,7 +16,6 @@ from neuron_sift.metrics import DEFAULT_QUANTILES, SiftingMetrics, collect_metri
 from neuron_sift.metrics.sifting_metrics import LOADER_LOGGER, find_sifting_loader
 from tests.neuron_sift.integrations.readme_examples import example
 
-
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
@@ -89,8 +88,9 @@ def test_partly_filled_history_uses_only_the_valid_entries():
     m = collect_metrics(loader, quantiles=(0.0, 0.5, 1.0))
     valid = loader.sifter.state.history[:48]
     assert m.history_fill == 48
-    assert m.history_quantiles == pytest.approx({0.0: valid.min().item(), 0.5: valid.quantile(0.5).item(),
-                                                 1.0: valid.max().item()})
+    assert m.history_quantiles == pytest.approx(
+        {0.0: valid.min().item(), 0.5: valid.quantile(0.5).item(), 1.0: valid.max().item()}
+    )
     assert valid.min().item() > 0  # the zeros of the unused slots were not included
 
 
@@ -110,8 +110,17 @@ def test_scalars_are_flat_numbers_with_a_prefix():
     scalars = m.scalars(prefix="sifting/")
     assert all(k.startswith("sifting/") for k in scalars)
     assert all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in scalars.values())
-    for name in ("num_orig_samples_seen", "num_orig_samples_kept", "kept_share", "history_fill", "loss_history_q50",
-                 "loss_history_q10", "loss_history_q90", "machinery_seconds", "machinery_latency"):
+    for name in (
+        "num_orig_samples_seen",
+        "num_orig_samples_kept",
+        "kept_share",
+        "history_fill",
+        "loss_history_q50",
+        "loss_history_q10",
+        "loss_history_q90",
+        "machinery_seconds",
+        "machinery_latency",
+    ):
         assert "sifting/" + name in scalars
     assert scalars["sifting/loss_history_q50"] == m.history_quantiles[0.5]
     assert "sifting/compile_count" not in scalars  # eager backend

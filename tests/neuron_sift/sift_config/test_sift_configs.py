@@ -47,7 +47,11 @@ def test_sifting_base_config_defaults():
 
 def test_documented_example_builds():
     # The example of the smart_sifting documentation, verbatim.
-    cfg = RPSC(beta_value=3, loss_history_length=500, loss_based_sift_config=LossConfig(sift_config=SiftingBaseConfig(sift_delay=10)))
+    cfg = RPSC(
+        beta_value=3,
+        loss_history_length=500,
+        loss_based_sift_config=LossConfig(sift_config=SiftingBaseConfig(sift_delay=10)),
+    )
     assert cfg.beta_value == 3.0 and isinstance(cfg.beta_value, float)
     assert cfg.loss_history_length == 500
     assert cfg.loss_based_sift_config.sift_config.sift_delay == 10
@@ -183,7 +187,10 @@ def test_sift_delay_not_an_int(delay):
 @pytest.mark.parametrize("flag", [0, 1, "True", None, 1.0])
 def test_repeat_delay_per_epoch_not_a_bool(flag):
     _raises(lambda: SiftingBaseConfig(repeat_delay_per_epoch=flag), "repeat_delay_per_epoch", type(flag).__name__)
-    _raises(lambda: RPSC.from_dict(_valid_dict(loss_based_sift_config={"sift_config": {"repeat_delay_per_epoch": flag}})), "repeat_delay_per_epoch")
+    _raises(
+        lambda: RPSC.from_dict(_valid_dict(loss_based_sift_config={"sift_config": {"repeat_delay_per_epoch": flag}})),
+        "repeat_delay_per_epoch",
+    )
 
 
 @pytest.mark.parametrize("mode", ["Fixed", "random", "", None, 1])
@@ -262,7 +269,9 @@ def test_fixed_keep_count_rounds_half_up(b, beta, k):
     assert RPSC(beta, 10).fixed_keep_count(b) == k
 
 
-@pytest.mark.parametrize("beta", ["0.1", "0.2", "0.25", "0.5", "0.6", "1", "1.4", "1.5", "2", "3", "4", "9", "10", "100"])
+@pytest.mark.parametrize(
+    "beta", ["0.1", "0.2", "0.25", "0.5", "0.6", "1", "1.4", "1.5", "2", "3", "4", "9", "10", "100"]
+)
 def test_fixed_keep_count_against_exact_arithmetic(beta):
     cfg = RPSC(float(beta), 10)
     exact_beta = Fraction(beta)  # the decimal the user wrote
@@ -274,11 +283,18 @@ def test_fixed_keep_count_against_exact_arithmetic(beta):
 @pytest.mark.parametrize(
     "config,where",
     [
-        ({"beta_value": 1, "loss_history_length": 8, "sift_delay": 3, "loss_based_sift_config": {"sift_config": {}}},
-         "loss_based_sift_config.sift_config.sift_delay"),
-        ({"beta_value": 1, "loss_history_length": 8,
-          "loss_based_sift_config": {"repeat_delay_per_epoch": True, "sift_config": {}}},
-         "sift_config.repeat_delay_per_epoch"),
+        (
+            {"beta_value": 1, "loss_history_length": 8, "sift_delay": 3, "loss_based_sift_config": {"sift_config": {}}},
+            "loss_based_sift_config.sift_config.sift_delay",
+        ),
+        (
+            {
+                "beta_value": 1,
+                "loss_history_length": 8,
+                "loss_based_sift_config": {"repeat_delay_per_epoch": True, "sift_config": {}},
+            },
+            "sift_config.repeat_delay_per_epoch",
+        ),
     ],
 )
 def test_a_nested_key_given_too_high_says_where_it_belongs(config, where):
