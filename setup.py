@@ -62,7 +62,19 @@ setup(
     extras_require={
         # torch-xla's wheel is built against one torch release and declares no torch dependency.
         "xla": ["torch==2.9.0", "torch-xla==2.9.0"],
-        "test": ["pytest>=7", "hypothesis>=6", "numpy>=1.24", "transformers>=4.40,<6", "accelerate>=1.1,<2", "lightning>=2.2,<3", "tensorboard>=2.14,<3"],
+        "test": [
+            "pytest>=7",
+            "hypothesis>=6",
+            "numpy>=1.24",
+            "transformers>=4.40,<6",
+            "accelerate>=1.1,<2",
+            "lightning>=2.2,<3",
+            "tensorboard>=2.14,<3",
+            # The lint, format and type checks of the test command (scripts/test.sh): ranges
+            # narrow enough that a new release cannot change what the format check accepts.
+            "ruff>=0.17.6,<0.18",
+            "mypy>=1.20,<1.21",
+        ],
         # benchmarks/: MNIST-1D generated locally (mnist1d's make_dataset; nothing downloaded),
         # scikit-learn's bundled digits, the accuracy-against-time plot, progress bars.
         "bench": [

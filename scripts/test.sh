@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README, CI): every test on every tested Python and torch, one leg after
 # another, each in its own virtual environment created on first use (scripts/_env.sh):
-#   py311  Python 3.11 + torch 2.9.0 + torch-xla 2.9.0: every test
+#   py311  Python 3.11 + torch 2.9.0 + torch-xla 2.9.0: ruff, mypy and every test
 #   py310  Python 3.10 + torch 2.9.0 + torch-xla 2.9.0: every test (Neuron's PyTorch/XLA images)
 #   py313  Python 3.13 + the newest torch on the index: every test that does not need torch-xla
 # LEGS="py311" (or "py310 py313", ...) runs only those legs; extra arguments go to pytest in
@@ -56,13 +56,26 @@ print(f"Python {v}, torch {torch.__version__}, torch-xla {x}")')"
             deselect+=("not cuda")  # no CUDA device here
         fi
         export NEURON_SIFT_REQUIRE_HOST_KERNELS=1
+        # Lint, format and types once, on the reference leg (configured in pyproject.toml).
+        checks=0
+        if [ "$leg" = py311 ]; then
+            echo "=== leg $leg: ruff check, ruff format --check, mypy ==="
+            "$PY" -m ruff check . || checks=1
+            "$PY" -m ruff format --check . || checks=1
+            "$PY" -m mypy || checks=1
+            [ "$checks" -ne 0 ] && echo "=== leg $leg: lint, format or type check FAILED ==="
+        fi
         if [ ${#deselect[@]} -gt 0 ]; then
             expr="$(printf '%s and ' "${deselect[@]}")"
             expr="${expr% and }"
             echo "=== leg $leg: deselected by marker: $expr (a -m of your own replaces this) ==="
-            exec "$PY" -m pytest "${warnings_as_errors[@]}" -m "$expr" "$@"
+            "$PY" -m pytest "${warnings_as_errors[@]}" -m "$expr" "$@"
+        else
+            "$PY" -m pytest "${warnings_as_errors[@]}" "$@"
         fi
-        exec "$PY" -m pytest "${warnings_as_errors[@]}" "$@"
+        rc=$?
+        [ "$checks" -ne 0 ] && [ "$rc" -eq 0 ] && rc=1
+        exit "$rc"
     ) 2>&1 | tee "$LOGS/$leg.log"
     rc=${PIPESTATUS[0]}
     [ "$rc" -ne 0 ] && status=1
