@@ -32,7 +32,10 @@ def is_device_leaf(leaf: Leaf) -> bool:
 
 def batch_to_device(batch: DefaultSiftingBatch, device: torch.device) -> DefaultSiftingBatch:
     """Tensor fields moved to ``device`` (a no-op for tensors already there)."""
-    leaves = [Leaf(leaf.value.to(device), leaf.axis) if is_device_leaf(leaf) else leaf for leaf in batch.leaves]
+    leaves = [
+        Leaf(leaf.value.to(device), leaf.axis) if isinstance(leaf.value, torch.Tensor) else leaf
+        for leaf in batch.leaves
+    ]
     return DefaultSiftingBatch(batch.structure, leaves, len(batch))
 
 
@@ -112,6 +115,7 @@ class DeviceStaging:
             raise RuntimeError(f"a batch offers {m} rows, the staging buffers were sized for {self.rows_per_add}")
         if self._buffers is None:
             self._start(batch)
+        assert self._buffers is not None and self._fill_t is not None  # made by _start, now or before
         if self.fill + m > self._capacity or (self.limit is not None and self.fill + count > self.limit):
             raise RuntimeError(
                 f"internal error: {self.fill} waiting rows plus {m} offered exceed the staging capacity "
@@ -129,6 +133,11 @@ class DeviceStaging:
                     raise RuntimeError("host fields need the kept indices on the host")
                 self._buffers[i] = Leaf.concat([buf, leaf.select(host_indices[:count])], path=f"leaf {i}")
                 continue
+            if not isinstance(leaf.value, torch.Tensor):
+                raise UnsupportedDataFormatException(
+                    f"cannot accumulate samples of leaf {i}: a {type(leaf.value).__name__} after a tensor in an "
+                    "earlier batch; every source batch must have the same field types"
+                )
             rows = leaf.value.movedim(leaf.axis, 0)
             if tuple(rows.shape[1:]) != tuple(buf.shape[1:]) or rows.dtype != buf.dtype:
                 raise UnsupportedDataFormatException(
@@ -157,12 +166,17 @@ class DeviceStaging:
         self._buffers, self._axes = [], []
         for leaf, current in zip(source.leaves, like.leaves):
             self._axes.append(leaf.axis)
-            if not is_device_leaf(current):
+            if not isinstance(current.value, torch.Tensor):
                 self._buffers.append(leaf if pre is not None else leaf.select([]))
                 continue
             target = current.value.movedim(current.axis, 0)
             host = torch.zeros((self._capacity,) + tuple(target.shape[1:]), dtype=target.dtype)
             if p:
+                if not isinstance(leaf.value, torch.Tensor):
+                    raise ValueError(
+                        f"the checkpoint's pending samples hold a {type(leaf.value).__name__} where the source "
+                        "batches after loading hold a tensor"
+                    )
                 host[:p] = leaf.value.movedim(leaf.axis, 0).cpu().to(target.dtype)
             self._buffers.append(host.to(self.backend.device))
         self.fill = p
@@ -184,6 +198,7 @@ class DeviceStaging:
                 continue
             leaves.append(Leaf(buf[:b].movedim(0, axis), axis))
             self._buffers[i] = torch.cat([buf[b:], buf[:b]])
+        assert self._fill_t is not None  # made with the buffers, by _start
         self.fill -= b
         self._fill_t = self._fill_t - b
         return DefaultSiftingBatch(self._structure, leaves, b)

@@ -85,7 +85,7 @@ def _dim1_size(batch: Any) -> int | None:
     if len(batch) == 0:
         return None
     rows = sorted(set(_array_row_counts(batch)))
-    lengths = sorted({_leading_size(e) for e in batch} - {None} - set(rows))
+    lengths = sorted({s for e in batch if (s := _leading_size(e)) is not None} - set(rows))
     for candidate in rows + lengths:
         if all(_holds_samples(e, candidate) for e in batch):
             return candidate
@@ -272,15 +272,15 @@ class DefaultBatchTransform(SiftingBatchTransform):
         fields_of_tensors = _tensor_fields(batch)  # what default_collate makes of tuple datasets
         if fields_of_tensors is not None:
             return fields_of_tensors
-        n = _dim1_size(batch)
-        if n is None:
+        n_samples = _dim1_size(batch)
+        if n_samples is None:
             raise UnsupportedDataFormatException(
                 f"Unable to index the batch of type {type(batch)} by feature: its elements do not share one "
                 "sample count (sizes "
                 f"{[_leading_size(e) for e in batch]})"
             )
-        children = [self._parse_inner(e, n, leaves, f"[{i}]") for i, e in enumerate(batch)]
-        return DefaultSiftingBatch(BatchStructure.sequence(type(batch), children), leaves, n)
+        children = [self._parse_inner(e, n_samples, leaves, f"[{i}]") for i, e in enumerate(batch)]
+        return DefaultSiftingBatch(BatchStructure.sequence(type(batch), children), leaves, n_samples)
 
     def _mapping_size(self, batch: Mapping) -> int:
         if len(batch) == 0:
@@ -338,6 +338,7 @@ class DefaultBatchTransform(SiftingBatchTransform):
             else:
                 fmt = FEATURE_MAJOR if d1 is not None else SAMPLE_MAJOR
             size = d0 if fmt == SAMPLE_MAJOR else d1
+            assert size is not None  # FEATURE_MAJOR is chosen just above only when d1 is not None
             if b is not None and size >= b:
                 raise UnsupportedDataFormatException(
                     f"Batch size {b} does not match dimension 0 or dimension 1 sizes "
@@ -391,5 +392,6 @@ class DefaultBatchTransform(SiftingBatchTransform):
 
     # -- back to the user's format --------------------------------------------------------
 
-    def reverse_transform(self, sifting_batch: DefaultSiftingBatch) -> Any:
+    def reverse_transform(self, sifting_batch: SiftingBatch) -> Any:
+        assert isinstance(sifting_batch, DefaultSiftingBatch)  # what transform() made
         return sifting_batch.to_user()

@@ -159,5 +159,5 @@ class Leaf:
             return Leaf(np.concatenate(values, axis=first.axis), first.axis)
         items: list[Any] = []
         for p in parts:
-            items.extend(p.value)  # type: ignore[arg-type]
+            items.extend(p.value)
         return Leaf(rebuild_sequence(type(v), items), first.axis)

@@ -46,7 +46,7 @@ class ListBatch(SiftingBatch):
         labels = None if self.labels is None else [self.labels[i] for i in idx]
         return ListBatch([self.inputs[i] for i in idx], labels)
 
-    def concat(self, others: Sequence["ListBatch"]) -> "ListBatch":
+    def concat(self, others: Sequence[SiftingBatch]) -> "ListBatch":
         inputs = list(self.inputs)
         labels = None if self.labels is None else list(self.labels)
         for other in others:
@@ -56,6 +56,7 @@ class ListBatch(SiftingBatch):
                 raise UnsupportedDataFormatException("cannot concatenate ListBatches with and without labels")
             inputs.extend(other.inputs)
             if labels is not None:
+                assert other.labels is not None  # checked above: both have labels or neither has
                 labels.extend(other.labels)
         return ListBatch(inputs, labels)
 

@@ -56,9 +56,9 @@ class TensorBatch(SiftingBatch):
         labels = None if self.labels is None else self.labels.index_select(0, idx.to(self.labels.device))
         return TensorBatch(self.inputs.index_select(0, idx), labels)
 
-    def concat(self, others: Sequence["TensorBatch"]) -> "TensorBatch":
-        parts = [self] + list(others)
-        for other in parts[1:]:
+    def concat(self, others: Sequence[SiftingBatch]) -> "TensorBatch":
+        parts: list[TensorBatch] = [self]
+        for other in others:
             if not isinstance(other, TensorBatch):
                 raise UnsupportedDataFormatException(f"cannot concatenate TensorBatch with {type(other).__name__}")
             if (self.labels is None) != (other.labels is None):
@@ -68,13 +68,17 @@ class TensorBatch(SiftingBatch):
                     f"cannot accumulate samples of shape {tuple(other.inputs.shape[1:])} with samples of shape "
                     f"{tuple(self.inputs.shape[1:])}; pad batches to a fixed shape"
                 )
-            if self.labels is not None and other.labels.shape[1:] != self.labels.shape[1:]:
-                raise UnsupportedDataFormatException(
-                    f"cannot accumulate labels of per-sample shape {tuple(other.labels.shape[1:])} with labels of "
-                    f"shape {tuple(self.labels.shape[1:])}; pad batches to a fixed shape"
-                )
+            if self.labels is not None:
+                assert other.labels is not None  # checked above: both have labels or neither has
+                if other.labels.shape[1:] != self.labels.shape[1:]:
+                    raise UnsupportedDataFormatException(
+                        f"cannot accumulate labels of per-sample shape {tuple(other.labels.shape[1:])} with labels "
+                        f"of shape {tuple(self.labels.shape[1:])}; pad batches to a fixed shape"
+                    )
+            parts.append(other)
         inputs = torch.cat([p.inputs for p in parts])
-        labels = None if self.labels is None else torch.cat([p.labels for p in parts])
+        # Every part has labels when this batch has (checked above): the filter drops nothing.
+        labels = None if self.labels is None else torch.cat([p.labels for p in parts if p.labels is not None])
         return TensorBatch(inputs, labels)
 
     def __repr__(self) -> str:

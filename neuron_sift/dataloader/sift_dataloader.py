@@ -300,6 +300,7 @@ class SiftingDataloader:
             raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
         sizes = source_batch_sizes(self._planning_loader, self._batch_size)
         if self.selection_mode == "fixed" and sizes:
+            assert self._batch_size is not None  # source_batch_sizes raises TypeError without one
             self.sifter.fixed_keep_count(self._batch_size)  # raises if a full batch would keep nothing
         return plan_epochs(
             self.sift_config, sizes, self._batch_size, self.delay.progress, self.num_pending, epochs, resume_at

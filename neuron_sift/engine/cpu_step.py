@@ -25,6 +25,7 @@ the torch step runs everywhere else (CUDA, XLA, and the CPU without the extensio
 """
 
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 import torch
@@ -98,7 +99,8 @@ class HostSiftState:
 
     @classmethod
     def from_state(cls, state: SiftState) -> "HostSiftState":
-        ints = {f.name: int(getattr(state, f.name)) for f in fields(SiftState) if f.name != "history"}
+        # Any: mypy would match the ints against every keyword of cls, scratch and ordered included
+        ints: dict[str, Any] = {f.name: int(getattr(state, f.name)) for f in fields(SiftState) if f.name != "history"}
         history = np.ascontiguousarray(state.history.detach().to("cpu", torch.float32).numpy(), dtype=np.float32).copy()
         return cls(history=history, **ints)
 
@@ -182,7 +184,9 @@ def sift_step_cpu(
         kept = np.sort(top[: min(n_take, k)])
     else:
         raise ValueError(f"unknown selection mode {mode!r}")
-    if not fused:
+    if shared_losses is not None:  # not fused
+        if shared_valid is None:
+            raise ValueError("sift_step_cpu: shared_losses needs shared_valid (the valid rows of every rank's losses)")
         values, mask, n = _as_numpy(shared_losses), shared_valid.numpy(), shared_losses.shape[0]
         state.pos, state.fill = _host.record(values, mask, n, state.history, state.ordered, state.pos, state.fill)
     state.draws += 1

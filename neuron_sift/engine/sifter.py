@@ -62,7 +62,12 @@ class Sifter:
     @property
     def state(self) -> SiftState:
         """The sifting state as tensors on the backend's device (a copy when held on the host)."""
-        return self._host_state.to_state() if self._on_host else self._device_state
+        # The setter, run by __init__, installed the state on the side ``_on_host`` names.
+        if self._on_host:
+            assert self._host_state is not None
+            return self._host_state.to_state()
+        assert self._device_state is not None
+        return self._device_state
 
     @state.setter
     def state(self, value: SiftState) -> None:
@@ -104,6 +109,8 @@ class Sifter:
                 per_batch = self._per_batch[(n_valid, n_take)] = self.backend.upload([n_valid, n_take], torch.int64)
         shared_losses = shared_valid = None
         if self.global_history:
+            # global_history needs active ranks (__init__), and per_batch was uploaded just above
+            assert self.ranks is not None and per_batch is not None
             # One all-gather of W x (P + 1) float32 per source batch: losses and valid count.
             mine = torch.cat([losses.to(torch.float32), per_batch[:1].to(torch.float32)])
             gathered = self.ranks.all_gather_rows(mine).view(self.ranks.world_size, rows + 1)
@@ -111,6 +118,7 @@ class Sifter:
             rows_idx = torch.arange(rows, device=losses.device).unsqueeze(0)
             shared_valid = (rows_idx < gathered[:, rows:].to(torch.int64)).reshape(-1)
         if self._on_host:
+            assert self._host_state is not None  # installed by the state setter in __init__
             return sift_step_cpu(
                 self._host_state, losses, n_valid, self._beta, self.mode, k, n_take, shared_losses, shared_valid
             )
@@ -130,6 +138,7 @@ class Sifter:
             fn = self._step_fns[key] = flat_step(
                 self.mode, k, shared_losses is not None, step_fn=sift_step, sort_method=method
             )
+        assert self._device_state is not None and per_batch is not None  # __init__'s setter; uploaded above
         inputs = flat_inputs(
             self._device_state, losses.to(torch.float32), per_batch, self._beta, consts, shared_losses, shared_valid
         )
@@ -152,7 +161,9 @@ class Sifter:
     def num_nonfinite(self) -> int:
         """Non-finite losses seen so far: the engine's counter, the one source of that count."""
         if self._on_host:
+            assert self._host_state is not None  # installed by the state setter in __init__
             return int(self._host_state.num_nonfinite)
+        assert self._device_state is not None  # installed by the state setter in __init__
         return int(self.backend.to_host(self._device_state.num_nonfinite))
 
     def read_counters(self) -> tuple[int, int, int, int]:

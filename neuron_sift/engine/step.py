@@ -113,6 +113,8 @@ def sift_step(
         raise ValueError(f"unknown selection mode {mode!r}")
     out = StepOutput(order=order, count=count, num_nonfinite=num_nonfinite)
     if shared_losses is not None:
+        if shared_valid is None:
+            raise ValueError("sift_step: shared_losses needs shared_valid (the valid rows of every rank's losses)")
         shared_losses = shared_losses.to(torch.float32)
         shared_finite = torch.isfinite(shared_losses)
         record = shared_valid & shared_finite
@@ -214,7 +216,11 @@ def flat_inputs(
         c.slots,
         c.picks,
     )
-    return tensors if shared_losses is None else tensors + (shared_losses, shared_valid)
+    if shared_losses is None:
+        return tensors
+    if shared_valid is None:
+        raise ValueError("flat_inputs: shared_losses needs shared_valid (the valid rows of every rank's losses)")
+    return tensors + (shared_losses, shared_valid)
 
 
 def from_flat(outputs: tuple[torch.Tensor, ...]) -> tuple[SiftState, StepOutput]:

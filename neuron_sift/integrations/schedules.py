@@ -99,7 +99,7 @@ def _set_source_epoch(source: Any, epoch: int) -> None:
     if callable(getattr(source, "set_epoch", None)):
         source.set_epoch(epoch)
         return
-    sampler = getattr(underlying_dataloader(source), "sampler", None)
+    sampler: Any = getattr(underlying_dataloader(source), "sampler", None)
     if callable(getattr(sampler, "set_epoch", None)):
         sampler.set_epoch(epoch)
 
@@ -168,9 +168,12 @@ class ExactLengthLoader:
         return self._epoch(self._token)
 
     def _epoch(self, token: int) -> Iterator[Any]:
-        while self._epoch_yielded < self.steps_per_epoch:
+        # None: the epoch was closed by a newer iteration or by load_state_dict(), which both
+        # changed the token, so the check below refuses to go on.
+        while self._epoch_yielded is None or self._epoch_yielded < self.steps_per_epoch:
             if token != self._token:
                 raise RuntimeError("ExactLengthLoader: a new iteration was started; this iterator is no longer valid")
+            assert self._epoch_yielded is not None  # with the current token, __iter__ opened the epoch
             if self._stream is None:
                 _set_source_epoch(self.sifting_dataloader.orig_dataloader, self.passes)
                 self.passes += 1

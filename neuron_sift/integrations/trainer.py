@@ -61,7 +61,8 @@ def _check_set_epochs(set_epochs: Any) -> int | None:
         return None
     if set_epochs is True:
         return 0
-    if isinstance(set_epochs, numbers.Integral) and set_epochs >= 1:
+    # int(): numbers.Integral's stubs declare no >= (concrete integer types all have it)
+    if isinstance(set_epochs, numbers.Integral) and int(set_epochs) >= 1:
         return int(set_epochs)
     raise ValueError(f"set_epochs must be None, a bool or an int >= 1, got {set_epochs!r}")
 
@@ -105,6 +106,8 @@ class TrainerSource:
             sampler = getattr(batch_sampler, "sampler", None)
             if sampler is None:
                 sampler = getattr(inner, "sampler", None)
+            if sampler is None:  # TypeError, as len(None) raised: the caller reads it as "no length"
+                raise TypeError("the Trainer's train loader has no sampler")
             n_samples = len(sampler)
             drop_last = bool(getattr(batch_sampler, "drop_last", getattr(inner, "drop_last", False)))
         self.batch_size = b

@@ -30,7 +30,7 @@ try:
     from lightning.pytorch.utilities import rank_zero_warn
 except ImportError:  # pragma: no cover - the older package name
     try:
-        from pytorch_lightning import Callback
+        from pytorch_lightning import Callback  # type: ignore[assignment]  # the same class, older package
         from pytorch_lightning.utilities import rank_zero_warn
     except ImportError as exc:
         raise ImportError("neuron_sift.metrics.lightning needs PyTorch Lightning: pip install lightning") from exc
@@ -135,11 +135,13 @@ class TrainingMetricsRecorder(Callback):
             self._check_epoch_complete(trainer)
 
     def _check_epoch_complete(self, trainer: Any) -> None:
+        sifting = self._sifting
+        assert sifting is not None  # called by on_train_epoch_end only once a loader was found
         try:
-            n_source = len(underlying_dataloader(self._sifting.orig_dataloader))
+            n_source = len(underlying_dataloader(sifting.orig_dataloader))
         except TypeError:
             return
-        used = self._sifting.counts.num_source_batches - self._epoch_start_sources
+        used = sifting.counts.num_source_batches - self._epoch_start_sources
         if 0 < used < n_source:
             epoch = int(trainer.current_epoch)
             self.cut_epochs.append(epoch)

@@ -204,7 +204,11 @@ class RelativeProbabilisticSiftConfig:
 
     @property
     def base_config(self) -> SiftingBaseConfig:
-        return self.loss_based_sift_config.sift_config
+        # __post_init__ turned dicts into a LossConfig holding a SiftingBaseConfig
+        loss_config = self.loss_based_sift_config
+        assert isinstance(loss_config, LossConfig)
+        assert isinstance(loss_config.sift_config, SiftingBaseConfig)
+        return loss_config.sift_config
 
     def fixed_keep_count(self, batch_size: int) -> int:
         """Samples fixed mode keeps of a source batch: ``round(B / (1 + beta))``, halves rounded up.
