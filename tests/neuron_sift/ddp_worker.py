@@ -103,8 +103,8 @@ def main() -> None:
             most = max(most, loader.num_pending)
             ids_seen.append(ids.tolist())
             due = args.save_after and saved_at is None and total >= args.save_after
-            if due and (not args.save_mid_agreement or loader._budget_left > 0):
-                saved_at = {"step": total, "budget_left": loader._budget_left}
+            if due and (not args.save_mid_agreement or loader.agreement.budget_left > 0):
+                saved_at = {"step": total, "budget_left": loader.agreement.budget_left}
                 state = {"loader": loader.state_dict(), "model": net.state_dict(), "opt": opt.state_dict()}
                 torch.save({**state, "epoch": epoch}, state_path)
         steps.append(n)
