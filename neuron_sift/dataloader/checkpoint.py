@@ -37,8 +37,8 @@ def loader_state(sl: "SiftingDataloader") -> dict[str, Any]:
             "world_size": sl.ranks.world_size,
         },
         "sift_state": sift_state,
-        # A snapshot: its non-finite count is the engine's (in sift_state), not restored from here.
-        "counts": sl._counts_with(int(sift_state["num_nonfinite"])).as_dict(),
+        # Its non-finite count is the engine's (in sift_state), not restored from here.
+        "counts": sl.counts.as_dict(int(sift_state["num_nonfinite"])),
         "delay": sl.delay.state_dict(),
         "epoch": sl.progress.state_dict(),
         "agreement": sl.agreement.state_dict(),
@@ -103,7 +103,7 @@ def restore_loader_state(sl: "SiftingDataloader", state: dict[str, Any]) -> None
         )
     sl.agreement.load_state_dict(state["agreement"])
     sl.sifter.state = SiftState(**{k: v.cpu() for k, v in state["sift_state"].items()})  # the sifter places it
-    sl.counts_host.load_state_dict(state["counts"])
+    sl.counts.load_state_dict(state["counts"])
     sl.delay.load_state_dict(state["delay"])
     sl.progress = EpochProgress.from_state(state["epoch"])
     sl.restore_pending(meta["batch_size"], pending)

@@ -11,7 +11,7 @@ selection is never read back, fixed mode on XLA), so it is the only source, and
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -37,9 +37,13 @@ class SiftingCounts:
         num_batches_emitted: batches handed to the training loop.
         num_source_batches: source batches read.
         num_source_batches_delayed: source batches passed through during ``sift_delay``.
-        num_nonfinite_losses: NaN or infinite losses seen (kept, never recorded in the history);
-            the engine's device counter, read when the snapshot is taken.
+        num_nonfinite_losses: NaN or infinite losses seen (kept, never recorded in the history):
+            read from the engine's counter on every access (a host read on a device), its one
+            source; 0 for counts not bound to a loader.
         num_samples_dropped: kept samples dropped under the data-parallel backlog bound.
+
+    The loader's ``counts`` is this one object for the loader's lifetime: it stays current as
+    the loader runs (a reference taken before an epoch reads that epoch's counts after it).
     """
 
     num_orig_samples_seen: int = 0
@@ -50,11 +54,29 @@ class SiftingCounts:
     num_batches_emitted: int = 0
     num_source_batches: int = 0
     num_source_batches_delayed: int = 0
-    num_nonfinite_losses: int = 0
     num_samples_dropped: int = 0
+    # Where the non-finite count is read: the engine's counter (bound by the loader).
+    _nonfinite: Callable[[], int] = field(default=lambda: 0, init=False, repr=False, compare=False)
 
-    def as_dict(self) -> dict:
-        return asdict(self)
+    @property
+    def num_nonfinite_losses(self) -> int:
+        return int(self._nonfinite())
+
+    @staticmethod
+    def names() -> tuple[str, ...]:
+        """The counts' names, in the order of ``as_dict``."""
+        return (*_HOST_COUNTS[:8], "num_nonfinite_losses", *_HOST_COUNTS[8:])
+
+    def bind_nonfinite(self, source: Callable[[], int]) -> None:
+        self._nonfinite = source
+
+    def as_dict(self, nonfinite: int | None = None) -> dict:
+        """Every count by name, in the documented order; ``nonfinite``: the non-finite count
+        when the caller has just read it (saves a second host read)."""
+        out = {name: getattr(self, name) for name in _HOST_COUNTS[:8]}
+        out["num_nonfinite_losses"] = self.num_nonfinite_losses if nonfinite is None else int(nonfinite)
+        out["num_samples_dropped"] = self.num_samples_dropped
+        return out
 
     # -- what the per-epoch iterator records ------------------------------------------------
 
@@ -88,13 +110,15 @@ class SiftingCounts:
 
     def load_state_dict(self, state: dict) -> None:
         """Restore the host counts; ``num_nonfinite_losses`` is ignored (the engine's state holds it)."""
-        known = {f.name for f in fields(self)}
-        unknown = sorted(set(state) - known)
+        unknown = sorted(set(state) - set(_HOST_COUNTS) - {"num_nonfinite_losses"})
         if unknown:
             raise ValueError(f"unknown count(s) in the checkpoint: {unknown}")
-        for name in known - {"num_nonfinite_losses"}:
+        for name in _HOST_COUNTS:
             setattr(self, name, int(state.get(name, 0)))
-        self.num_nonfinite_losses = 0
+
+
+# The counts kept on the host, in the documented order (num_nonfinite_losses goes after the eighth).
+_HOST_COUNTS = tuple(f.name for f in fields(SiftingCounts) if not f.name.startswith("_"))
 
 
 class PhaseTimings:

@@ -135,7 +135,7 @@ class SiftingEpoch:
                     yield from self._resume_emission(*like)
                     like = None
                 if sl.delay.take():
-                    sl.counts_host.delayed(self._count_delayed(source, index))
+                    sl.counts.delayed(self._count_delayed(source, index))
                     self.progress.consumed = index + 1
                     self._before_yield()
                     yield source
@@ -207,7 +207,7 @@ class SiftingEpoch:
                 f"got {type(transformed).__name__}"
             )
         n = len(transformed)
-        counts = sl.counts_host
+        counts = sl.counts
         counts.num_source_batches += 1
         if n == 0:
             self.progress.consumed = index + 1
@@ -271,7 +271,7 @@ class SiftingEpoch:
             budget = sl.agreement.resumed_budget()
         else:
             budget = sl.agreement.open_budget((len(store) if store is not None else 0) // b, end_of_epoch)
-        counts = sl.counts_host
+        counts = sl.counts
         while budget is None or budget > 0:
             last = f"source batch {self.progress.consumed - 1} of epoch {self.progress.epoch}"
             with self._context(f"joining the kept samples (the last ones from {last})"):

@@ -147,7 +147,8 @@ class SiftingDataloader:
         self.agreement = EmissionAgreement(self.ranks, coordinated, self.sift_config.beta_value, max_pending)
         base = self.sift_config.base_config
         self.delay = SiftDelay(base.sift_delay, base.repeat_delay_per_epoch)
-        self.counts_host = SiftingCounts()
+        self.counts = SiftingCounts()
+        self.counts.bind_nonfinite(lambda: self.sifter.num_nonfinite())  # the engine's counter: one source
         self.pending: PendingStore | None = None  # made by the backend at the first scored batch
         self.progress = EpochProgress()
         self._resume = False  # load_state_dict() of a checkpoint taken mid-epoch: the next iter() continues it
@@ -181,16 +182,6 @@ class SiftingDataloader:
         """The most kept samples a rank holds back under data-parallel agreement (probabilistic
         mode); None until the batch size is known."""
         return self.agreement.max_pending(self._batch_size)
-
-    @property
-    def counts(self) -> SiftingCounts:
-        """The counts now (a snapshot; the non-finite count is the engine's, one host read on a device)."""
-        return self._counts_with(self.sifter.num_nonfinite())
-
-    def _counts_with(self, nonfinite: int) -> SiftingCounts:
-        snapshot = SiftingCounts(**self.counts_host.as_dict())
-        snapshot.num_nonfinite_losses = nonfinite
-        return snapshot
 
     def __len__(self) -> int:
         """Batches the next epoch emits: exact in ``fixed`` mode, an estimate in ``probabilistic``.
@@ -393,7 +384,7 @@ class SiftingDataloader:
             (seconds and calls per phase), ``machinery_seconds`` and ``kept_share``.
         """
         fill, scored, kept, nonfinite = self.sifter.read_counters()
-        out = self._counts_with(nonfinite).as_dict()
+        out = self.counts.as_dict(nonfinite)
         out["history_fill"] = fill
         out["device_num_scored"] = scored
         out["device_num_kept"] = kept

@@ -166,7 +166,7 @@ def collect_metrics(loader: Any, quantiles: Sequence[float] = DEFAULT_QUANTILES)
     if sl is None:
         raise TypeError(f"no SiftingDataloader found in {type(loader).__name__}")
     raw = sl.metrics()
-    counts = {k: raw[k] for k in sl.counts.as_dict()}
+    counts = {k: raw[k] for k in sl.counts.names()}
     fill = int(raw["history_fill"])
     timings = {k: dict(v) for k, v in raw.get("timings", {}).items()}
     scoring = float(timings.get("calculate_relevance_values", {}).get("seconds", 0.0))

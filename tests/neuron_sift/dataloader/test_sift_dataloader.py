@@ -509,3 +509,18 @@ def test_fixed_mode_consumer_stopping_after_len_still_sees_every_sample(delay):
         assert a == full and len(a) == planned
         assert stopping.counts.num_orig_samples_seen == (epoch + 1) * n
         assert stopping.counts == draining.counts
+
+
+def test_counts_is_one_live_object_with_the_engines_nonfinite_count():
+    """A reference to ``loader.counts`` taken before training reads the counts after it (the
+    smart_sifting scripts keep one), and its non-finite count is the engine's counter."""
+    losses = torch.rand(64)
+    losses[[5, 40]] = float("nan")
+    loader = make_loader(losses, batch_size=16, beta=1.0, mode="probabilistic", history=32)
+    counts = loader.counts
+    emitted_ids(loader, epochs=2)
+    assert counts is loader.counts
+    assert counts.num_source_batches == 8 and counts.num_orig_samples_seen == 128
+    assert counts.num_nonfinite_losses == 4 == loader.sifter.num_nonfinite()
+    assert counts.as_dict()["num_nonfinite_losses"] == 4
+    assert list(counts.as_dict()) == list(counts.names())
