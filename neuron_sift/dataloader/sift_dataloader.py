@@ -148,7 +148,18 @@ class SiftingDataloader:
         base = self.sift_config.base_config
         self.delay = SiftDelay(base.sift_delay, base.repeat_delay_per_epoch)
         self.counts = SiftingCounts()
-        self.counts.bind_nonfinite(lambda: self.sifter.num_nonfinite())  # the engine's counter: one source
+        # The engine's counter, the one source of the non-finite count. Through a weak
+        # reference: a cycle would keep a dropped loader's device tensors alive until the
+        # garbage collector runs, and on XLA the next graph cut would include them.
+        loader = weakref.ref(self)
+
+        def nonfinite() -> int:
+            live = loader()
+            if live is None:
+                raise RuntimeError("num_nonfinite_losses: the SiftingDataloader of these counts no longer exists")
+            return live.sifter.num_nonfinite()
+
+        self.counts.bind_nonfinite(nonfinite)
         self.pending: PendingStore | None = None  # made by the backend at the first scored batch
         self.progress = EpochProgress()
         self._resume = False  # load_state_dict() of a checkpoint taken mid-epoch: the next iter() continues it
