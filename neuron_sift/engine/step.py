@@ -10,7 +10,7 @@ step never asks what device it runs on.
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -138,8 +138,8 @@ def sift_step(
 # function whose every input is a tensor argument: nothing captured that changes between
 # calls, so the graph built on the first call stays right for every later one.
 
-_N_STATE = 8  # SiftState's fields, in order
-_N_CONSTS = 5  # StepConstants' fields, in order
+_N_STATE = len(fields(SiftState))  # in the order of SiftState.tensors()
+_N_CONSTS = len(fields(StepConstants))
 
 
 def flat_step(
@@ -169,19 +169,7 @@ def flat_step(
             consts,
             sort_method=sort_method,
         )
-        return (
-            s.history,
-            s.pos,
-            s.fill,
-            s.seed,
-            s.draws,
-            s.num_scored,
-            s.num_kept,
-            s.num_nonfinite,
-            out.order,
-            out.count,
-            out.num_nonfinite,
-        )
+        return (*s.tensors().values(), out.order, out.count, out.num_nonfinite)
 
     step.__name__ = f"sift_step_{mode}"
     return step
@@ -197,24 +185,12 @@ def flat_inputs(
     shared_valid: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, ...]:
     """The inputs of ``flat_step``: ``per_batch`` is the ``[2]`` vector (valid rows, rows to take)."""
-    s, c = state, consts
     tensors = (
-        s.history,
-        s.pos,
-        s.fill,
-        s.seed,
-        s.draws,
-        s.num_scored,
-        s.num_kept,
-        s.num_nonfinite,
+        *state.tensors().values(),
         losses,
         per_batch,
         beta,
-        c.rows,
-        c.row_hash,
-        c.seed_mix,
-        c.slots,
-        c.picks,
+        *(getattr(consts, f.name) for f in fields(StepConstants)),
     )
     if shared_losses is None:
         return tensors
