@@ -96,3 +96,15 @@ class SiftingBatchTransform(abc.ABC):
         Returns:
             The batch the training loop receives.
         """
+
+
+def check_batch_transform(batch_transforms: Any) -> Any:
+    """``batch_transforms`` itself, once it has the two methods the loader calls (duck-typed:
+    a ``SiftingBatchTransform`` subclass is not required, as in smart_sifting)."""
+    for name in ("transform", "reverse_transform"):
+        if not callable(getattr(batch_transforms, name, None)):
+            raise TypeError(
+                f"batch_transforms must have callable transform(batch) and reverse_transform(sifting_batch); "
+                f"{type(batch_transforms).__name__} has no {name}"
+            )
+    return batch_transforms

@@ -25,7 +25,7 @@ import torch
 
 from neuron_sift.backends import resolve_backend
 from neuron_sift.backends.pending import PendingStore
-from neuron_sift.data_model.data_model_interface import SiftingBatch
+from neuron_sift.data_model.data_model_interface import SiftingBatch, check_batch_transform
 from neuron_sift.data_model.default_batch import DefaultBatchTransform, DefaultSiftingBatch
 from neuron_sift.data_model.saved_batch import SavedBatch
 from neuron_sift.dataloader.agreement import EmissionAgreement
@@ -131,35 +131,17 @@ class SiftingDataloader:
         if batch_transforms is None:
             self.batch_transforms = DefaultBatchTransform(self._first_batch_size(), batch_format_index)
         else:
-            for name in ("transform", "reverse_transform"):
-                if not callable(getattr(batch_transforms, name, None)):
-                    raise TypeError(
-                        f"batch_transforms must have callable transform(batch) and reverse_transform(sifting_batch); "
-                        f"{type(batch_transforms).__name__} has no {name}"
-                    )
-            self.batch_transforms = batch_transforms
+            self.batch_transforms = check_batch_transform(batch_transforms)
         self.batch_format_index = batch_format_index
         self.backend = resolve_backend(model_device(model), backend)
         self.ranks = RankGroup(distributed, self.backend.device)
+        self.counts = SiftingCounts()
         self.sifter = Sifter(self.sift_config, self.backend, self.ranks)
         # The parts, each with its own state_dict (checkpoint.py composes them).
         coordinated = self.ranks.active and self.sift_config.selection_mode == "probabilistic"
         self.agreement = EmissionAgreement(self.ranks, coordinated, self.sift_config.beta_value, max_pending)
         base = self.sift_config.base_config
         self.delay = SiftDelay(base.sift_delay, base.repeat_delay_per_epoch)
-        self.counts = SiftingCounts()
-        # The engine's counter, the one source of the non-finite count. Through a weak
-        # reference: a cycle would keep a dropped loader's device tensors alive until the
-        # garbage collector runs, and on XLA the next graph cut would include them.
-        loader = weakref.ref(self)
-
-        def nonfinite() -> int:
-            live = loader()
-            if live is None:
-                raise RuntimeError("num_nonfinite_losses: the SiftingDataloader of these counts no longer exists")
-            return live.sifter.num_nonfinite()
-
-        self.counts.bind_nonfinite(nonfinite)
         self.pending: PendingStore | None = None  # made by the backend at the first scored batch
         self.progress = EpochProgress()
         self._resume = False  # load_state_dict() of a checkpoint taken mid-epoch: the next iter() continues it
@@ -179,6 +161,19 @@ class SiftingDataloader:
     def batch_size(self) -> int | None:
         """Size of every emitted batch: the source loader's batch size (or its first batch's)."""
         return self._batch_size
+
+    @property
+    def sifter(self) -> Sifter:
+        """The engine: the loss history, its counters and the selection step."""
+        return self._sifter
+
+    @sifter.setter
+    def sifter(self, sifter: Sifter) -> None:
+        self._sifter = sifter
+        # The engine's counter is the one source of the non-finite count. A bound method of
+        # the engine, not of the loader: no cycle, so a dropped loader (and its device
+        # tensors, which on XLA would join the next graph cut) is freed at once.
+        self.counts.bind_nonfinite(sifter.num_nonfinite)
 
     @property
     def selection_mode(self) -> str:
@@ -234,7 +229,6 @@ class SiftingDataloader:
             self.progress = EpochProgress(self.progress.epoch + 1, True, 0)
             self.delay.new_epoch()
         self._resume = False
-        self.progress.in_progress = True
         epoch = SiftingEpoch(self, self.progress, skip, self._exact_epoch_plan(skip))
         self._active = weakref.ref(epoch)  # the loader does not keep an abandoned epoch (or its workers) alive
         return epoch
@@ -298,8 +292,6 @@ class SiftingDataloader:
         return self._plan(epochs, self.progress.consumed if self._resume else 0)
 
     def _plan(self, epochs: int, resume_at: int) -> tuple[list[int], int]:
-        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-            raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
         sizes = source_batch_sizes(self._planning_loader, self._batch_size)
         if self.selection_mode == "fixed" and sizes:
             assert self._batch_size is not None  # source_batch_sizes raises TypeError without one

@@ -541,6 +541,5 @@ def test_a_dropped_loader_is_freed_without_the_garbage_collector():
         assert ref() is None
     finally:
         gc.enable()
-    with pytest.raises(RuntimeError, match="no longer exists"):
-        _ = counts.num_nonfinite_losses
-    assert counts.num_source_batches == 8  # the host counts stay readable
+    assert counts.num_source_batches == 8  # the counts stay readable, the engine's count too
+    assert counts.num_nonfinite_losses == 0
