@@ -26,7 +26,7 @@ class ColumnLoss:
         return original_batch["loss"].float()
 
 
-def make(mode):
+def make(mode, device="cpu"):
     config = RelativeProbabilisticSiftConfig(
         beta_value=1.5,
         loss_history_length=40,
@@ -35,7 +35,7 @@ def make(mode):
         seed=3,
     )
     return SiftingDataloader(
-        config, DataLoader(Samples(), batch_size=8), loss_impl=ColumnLoss(), model=torch.nn.Linear(1, 1)
+        config, DataLoader(Samples(), batch_size=8), loss_impl=ColumnLoss(), model=torch.nn.Linear(1, 1).to(device)
     )
 
 

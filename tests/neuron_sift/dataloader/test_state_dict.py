@@ -160,16 +160,22 @@ def test_resume_in_a_fresh_process(tmp_path):
     assert first + rest == full
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("xla", marks=pytest.mark.xla)], ids=["eager", "xla"])
 @pytest.mark.parametrize("mode", ["probabilistic", "fixed"])
-def test_version_1_checkpoints_load_and_resume_exactly(mode):
+def test_version_1_checkpoints_load_and_resume_exactly(mode, device):
     """A checkpoint written by neuron_sift 0.2.0 (one flat dict, version 1; made by
-    make_v1_checkpoints.py with that release) loads into today's composed layout, and the
-    resumed run emits what the uninterrupted 0.2.0 run emitted after it."""
+    make_v1_checkpoints.py with that release, on the CPU) loads into today's composed layout,
+    on either backend (on XLA its pending samples go into the device store), and the resumed
+    run emits what the uninterrupted 0.2.0 run emitted after it."""
     from tests.neuron_sift.dataloader.make_v1_checkpoints import ids, make
 
+    if device == "xla":
+        import torch_xla
+
+        device = torch_xla.device()
     saved = torch.load(Path(__file__).parent / "data" / f"v1_{mode}.pt", weights_only=True)
     assert saved["state"]["version"] == 1
-    loader = make(mode)
+    loader = make(mode, device)
     loader.load_state_dict(saved["state"])
     assert loader.num_pending == saved["state"]["counts"]["num_samples_pending"] > 0
     rest = [ids(b) for b in loader] + [ids(b) for b in loader]
