@@ -15,6 +15,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from neuron_sift import RelativeProbabilisticSiftConfig, SiftingDataloader
+from tests.neuron_sift.backends.selections import assert_same_selections, per_epoch_ids
 from tests.neuron_sift.dataloader.fakes import Classifier, OracleLoss, loss_table_loader
 
 pytestmark = pytest.mark.xla  # without torch-xla: deselected by scripts/test.sh, skipped by tests/conftest.py
@@ -193,9 +194,11 @@ def test_padding_is_never_kept_or_recorded(mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_same_selections_as_eager_backend(mode):
-    """The hash RNG and the same math make both backends select identical samples."""
+    """The hash RNG and the same math make both backends select the same samples (up to
+    decisions within float rounding of their threshold: ``assert_same_selections``)."""
     losses = torch.rand(1000, generator=torch.Generator().manual_seed(6))
-    assert ids_of(xla_oracle_loader(losses, mode)) == ids_of(eager_oracle_loader(losses, mode))
+    got = per_epoch_ids(xla_oracle_loader(losses, mode), 2)
+    assert_same_selections(got, per_epoch_ids(eager_oracle_loader(losses, mode), 2), mode)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -417,7 +420,7 @@ def test_checkpoints_and_resume_add_no_compilation(mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_sorted_percentile_path_inside_the_loader(mode, monkeypatch):
     """B x H above the XLA threshold: the loader's step ranks with the sort-based (merge)
-    percentile on the device, and selects exactly what the eager loader selects."""
+    percentile on the device, and selects what the eager loader selects (up to rounding)."""
     from neuron_sift.kernels import percentile
 
     b, h = 64, (percentile.SORTED_PERCENTILE_MIN_CELLS_XLA // 64) + 1
@@ -439,6 +442,7 @@ def test_sorted_percentile_path_inside_the_loader(mode, monkeypatch):
             model=torch.nn.Linear(1, 1).to(device),
         )
 
-    on_xla = ids_of(loader(torch_xla.device()))
+    on_xla = per_epoch_ids(loader(torch_xla.device()), 2)
     assert "xla" in calls
-    assert on_xla and on_xla == ids_of(loader(torch.device("cpu")))
+    assert on_xla[0] and on_xla[1]
+    assert_same_selections(on_xla, per_epoch_ids(loader(torch.device("cpu")), 2), mode)

@@ -1,7 +1,19 @@
 """Resume while the model trains: the scores change with every step, so a resumed run
 emits the uninterrupted run's batches only if it scores every source batch after the same
 optimizer steps. Model, optimizer and loader are checkpointed after every emitted batch
-(and after a completed epoch) and each checkpoint is resumed to the end."""
+(and after a completed epoch) and each checkpoint is resumed to the end.
+
+Weights are compared bit for bit: on CPU the same eager ops run in both runs; on XLA the
+loop marks each step (``torch_xla.sync()`` after ``opt.step()``, as ``MpDeviceLoader`` and
+torch-xla's optimizer-step helpers do), so a save, which materialises the weights, cuts no
+graph that the uninterrupted run does not cut too. Without that mark the save moves the
+graph boundaries, and whether two differently partitioned graphs round alike depends on
+the CPU's or device's code generation (docs/checkpoints.md). The resumed loop marks a step
+after restoring the model, optimizer and loader, so the restored tensors are device data
+as after any step. The XLA test asserts that neither the saving run nor a resumed run
+compiles a graph the uninterrupted run did not: the same graphs on the same inputs, which
+is what makes the bitwise comparison portable.
+"""
 
 import io
 import itertools
@@ -54,14 +66,25 @@ def roundtrip(obj):
     return torch.load(buf, weights_only=True)
 
 
+def mark_step(device):
+    """The loop's step marker: ``torch_xla.sync()`` on an XLA device, nothing elsewhere."""
+    if torch.device(device).type == "xla":
+        import torch_xla
+
+        return torch_xla.sync
+    return lambda: None
+
+
 def train(run, start_epoch=0, checkpoints=None, stop_at_len=False):
-    """The user's loop: one SGD step per emitted batch. Returns the emitted id lists.
+    """The user's loop: one SGD step per emitted batch, each step marked on XLA. Returns the
+    emitted id lists.
 
     ``checkpoints``: a list to append (batches emitted so far, checkpoint) to, after every
     step and after every completed epoch. ``stop_at_len``: take ``len(loader)`` batches per
     epoch and stop there, as Lightning and the Hugging Face Trainer do.
     """
     loader, sampler, model, opt = run
+    step_done = mark_step(next(model.parameters()).device)
     emitted = []
     for epoch in range(start_epoch, EPOCHS):
         sampler.set_epoch(epoch)
@@ -72,6 +95,7 @@ def train(run, start_epoch=0, checkpoints=None, stop_at_len=False):
             opt.zero_grad()
             torch.nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
+            step_done()
             emitted.append(ids.cpu().tolist())
             if checkpoints is not None:
                 checkpoints.append((len(emitted), save(run, epoch)))
@@ -90,13 +114,17 @@ def weights(model):
     return torch.cat([p.detach().cpu().flatten() for p in model.parameters()])
 
 
-def check_every_cut(mode, device="cpu", every=1, stop_at_len=False, **kw):
+def check_every_cut(mode, device="cpu", every=1, stop_at_len=False, compile_count=None, **kw):
+    """``compile_count``: the XLA backend's compile counter (None elsewhere)."""
     full_run = make(mode, device, **kw)
     full = train(full_run, stop_at_len=stop_at_len)
     assert len(full) > 2 * 10
     reference = make(mode, device, **kw)
     checkpoints = []
+    compiled = compile_count() if compile_count else None
     assert train(reference, checkpoints=checkpoints, stop_at_len=stop_at_len) == full  # saving changes nothing
+    if compile_count:  # the same graphs as the uninterrupted run: the saves moved no boundary
+        assert compile_count() == compiled, f"{mode}: saving compiled {compile_count() - compiled} new graph(s)"
     assert torch.equal(weights(reference[2]), weights(full_run[2]))
     cuts = checkpoints[::every] + [checkpoints[-1]]
     epoch_ends = [i for i, (n, _) in enumerate(checkpoints) if i and checkpoints[i - 1][0] == n]
@@ -107,7 +135,11 @@ def check_every_cut(mode, device="cpu", every=1, stop_at_len=False, **kw):
         run[2].load_state_dict(ckpt["model"])
         run[3].load_state_dict(ckpt["opt"])
         run[0].load_state_dict(ckpt["loader"])
+        mark_step(device)()  # the restored tensors become device data, as after any step
+        compiled = compile_count() if compile_count else None
         rest = train(run, start_epoch=ckpt["epoch"], stop_at_len=stop_at_len)
+        if compile_count:  # the uninterrupted run's graphs, so its rounding too
+            assert compile_count() == compiled, f"{mode}: the run resumed at {n} compiled a graph of its own"
         assert full[:n] + rest == full, f"{mode}: resumed after {n} emitted batches"
         assert torch.equal(weights(run[2]), weights(full_run[2])), f"{mode}: weights after resuming at {n}"
     return full_run[0]
@@ -189,5 +221,7 @@ def test_exact_length_loader_resumes_while_training(mode, one_thread):
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["probabilistic", "fixed"])
 def test_resume_while_training_on_xla(mode, one_thread):
-    xm = pytest.importorskip("torch_xla")
-    check_every_cut(mode, device=xm.device(), every=5)
+    torch_xla = pytest.importorskip("torch_xla")
+    from neuron_sift.backends.xla import xla_compile_count
+
+    check_every_cut(mode, device=torch_xla.device(), every=5, compile_count=xla_compile_count)
