@@ -74,8 +74,30 @@ def epoch_in_progress(state: dict[str, Any]) -> bool:
     return bool(state["epoch"]["in_progress"])
 
 
+def state_kind(state: Any) -> str | None:
+    """Which loader's ``state_dict()`` ``state`` is, for a refusal that names it: an epoch
+    loader's state says so under ``kind``; this module's (no ``kind``) holds ``sift_state``;
+    an ``ExactLengthLoader``'s wraps one under ``loader`` beside ``steps_per_epoch``."""
+    if not isinstance(state, dict):
+        return None
+    kind = state.get("kind")
+    if isinstance(kind, str):
+        return kind
+    if "steps_per_epoch" in state and "loader" in state:
+        return "ExactLengthLoader"
+    if "sift_state" in state:
+        return "SiftingDataloader"
+    return None
+
+
 def restore_loader_state(sl: "SiftingDataloader", state: dict[str, Any]) -> None:
     """``SiftingDataloader.load_state_dict()`` into the loader ``sl`` (see there)."""
+    kind = state_kind(state)
+    if kind not in (None, "SiftingDataloader"):
+        raise ValueError(
+            f"not a SiftingDataloader state: it comes from {kind}.state_dict(); load it with "
+            f"{kind}.load_state_dict() (a SiftingDataloader reads only what SiftingDataloader.state_dict() returns)"
+        )
     version = state.get("version") if isinstance(state, dict) else None
     if version not in READABLE_VERSIONS:
         raise ValueError(

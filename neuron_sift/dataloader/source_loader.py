@@ -1,26 +1,93 @@
-"""What the loader learns from the source DataLoader: batch size, epoch size, wrappers."""
+"""What the loaders learn from the source DataLoader: batch size, epoch size, wrappers.
 
+One unwrapping rule for the package (``unwrap``): the per-batch ``SiftingDataloader`` and
+the Trainer integration read the batch size and the epoch size from the DataLoader inside
+the user's wrappers, and ``EpochSiftingDataloader`` rebuilds the same wrappers around a
+DataLoader of its own. Wrappers are recognised by the attribute holding the next loader:
+
+- ``_loader``: torch-xla's ``MpDeviceLoader``, and accelerate's ``MpDeviceLoaderWrapper``
+  (what ``accelerator.prepare`` returns, and the Trainer trains on, wherever torch-xla is
+  installed, even on the CPU);
+- ``base_dataloader``: accelerate's ``DataLoaderAdapter`` family (``DataLoaderShard``,
+  ``DataLoaderDispatcher``, ``SkipDataLoader``). These answer ``isinstance(x, DataLoader)``
+  through a ``__class__`` property while holding the real DataLoader inside, so the walk
+  tests the object's type; keeping the adapter in the chain keeps what it does per
+  iteration (device placement, RNG synchronisation, the gradient state's end of epoch).
+"""
+
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
+
+from torch.utils.data import DataLoader
+
+WRAPPER_ATTRIBUTES = ("_loader", "base_dataloader")
+_MAX_WRAPPERS = 8
+
+
+def is_dataloader(obj: Any) -> bool:
+    """Whether ``obj``'s own type is a DataLoader (accelerate's adapters only claim to be one)."""
+    return issubclass(type(obj), DataLoader)
+
+
+@dataclass(frozen=True)
+class LoaderChain:
+    """The user's loader taken apart: ``wrappers`` from the outside in, each with the name of
+    the attribute that holds the next one, and the ``inner`` object the walk stopped at."""
+
+    wrappers: tuple[tuple[Any, str], ...]
+    inner: Any
+
+    @property
+    def reaches_dataloader(self) -> bool:
+        return is_dataloader(self.inner)
+
+    def objects(self) -> Iterator[Any]:
+        """Every object of the chain, from the user's one inward."""
+        for wrapper, _ in self.wrappers:
+            yield wrapper
+        yield self.inner
+
+    def describe(self) -> str:
+        return " -> ".join(f"{type(w).__name__}.{attr}" for w, attr in self.wrappers) + (
+            f"{' -> ' if self.wrappers else ''}{type(self.inner).__name__}"
+        )
+
+
+def unwrap(loader: Any) -> LoaderChain:
+    """Follow ``WRAPPER_ATTRIBUTES`` from ``loader`` down to the first real DataLoader (or to
+    an object holding none of them); raises ``TypeError`` past ``_MAX_WRAPPERS`` wrappers,
+    which only a loader wrapping itself reaches."""
+    wrappers: list[tuple[Any, str]] = []
+    node = loader
+    while not is_dataloader(node):
+        attr = next((a for a in WRAPPER_ATTRIBUTES if getattr(node, a, None) is not None), None)
+        if attr is None:
+            break
+        if len(wrappers) == _MAX_WRAPPERS:
+            raise TypeError(
+                f"{type(loader).__name__} nests more than {_MAX_WRAPPERS} loader wrappers "
+                f"({', '.join(WRAPPER_ATTRIBUTES)}); does a wrapper hold itself?"
+            )
+        wrappers.append((node, attr))
+        node = getattr(node, attr)
+    return LoaderChain(tuple(wrappers), node)
 
 
 def underlying_dataloader(loader: Any) -> Any:
-    """The DataLoader inside wrappers such as torch-xla's ``MpDeviceLoader`` (``._loader``):
-    the first object with a batch size or a batch sampler (accelerate's prepared loaders have
-    only the latter).
+    """The DataLoader inside the user's wrappers (see ``unwrap``), to learn the batch size and
+    plan the length; iteration always goes through the loader the user passed.
 
-    Used only to learn the batch size and plan the length; iteration always goes through
-    the loader the user passed. The one unwrapping helper of the package.
+    A source with no DataLoader inside (a loader class of the user's own) is read where it
+    first reports a batch size or a batch sampler, or else where the walk stopped.
     """
-    seen = 0
-    while (
-        getattr(loader, "batch_size", None) is None
-        and getattr(loader, "batch_sampler", None) is None
-        and hasattr(loader, "_loader")
-        and seen < 8
-    ):
-        loader = loader._loader
-        seen += 1
-    return loader
+    chain = unwrap(loader)
+    if chain.reaches_dataloader:
+        return chain.inner
+    for node in chain.objects():
+        if getattr(node, "batch_size", None) is not None or getattr(node, "batch_sampler", None) is not None:
+            return node
+    return chain.inner
 
 
 def sampler_info(loader: Any) -> tuple[int, int, bool] | None:

@@ -12,6 +12,7 @@ Thin parts, one job each (the architecture's layer 4, epoch-level kind):
 - ``guard``: the label-noise guard's streaks;
 - ``pairing``: losses paired with the sample ids of their batch;
 - ``history``: the record of planned epochs and the metrics snapshot;
+- ``sampling``: the user's sampler read as the samples a plan may draw and their order;
 - ``source``: the user's DataLoader rebuilt around the planned batch sampler;
 - ``checkpoint``: the versioned composition of the parts' states;
 - ``loader``: ``EpochSiftingDataloader``, the arguments, lengths and state API over the parts.

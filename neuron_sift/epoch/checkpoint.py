@@ -9,13 +9,16 @@ Version 2 (current)::
 
     {"version": 2, "kind": "EpochSiftingDataloader",
      "in_progress": bool,          # a copy of progress["in_progress"], for tools and scripts
-     "planner":  {"seed", "n", "batch_size", "world_size", "rank", "policy", "kept_share"},
+     "planner":  {"seed", "n", "batch_size", "world_size", "rank", "policy", "kept_share",
+                  and "support_size", "support_crc32" when the user's sampler covers part of
+                  the dataset or asks for dataset order (absent: every sample, random order)},
      "progress": {"epochs_started", "in_progress", "position",
                   "plan": None or {"epoch", "kind", "order", "weights", "inclusion", "excluded"}},
      "tables":   {"scores", "nonfinite"},
      "shares":   {"mine", "carried"},
      "guard":    {"streak"},
-     "pairing":  {"losses_recorded", "batches_recorded", "batches_yielded", "dropped_batches"},
+     "pairing":  {"losses_recorded", "batches_recorded", "batches_skipped", "batches_yielded",
+                  "dropped_batches"},  # batches_skipped is newer: a state without it skipped none
      "history":  {"epochs": [one dict per planned epoch]}}
 
 Version 1 (one flat dict, written before the loader was split into parts) is converted:
@@ -24,6 +27,8 @@ at 0, as version 1's own loader did on resume.
 """
 
 from typing import Any
+
+from neuron_sift.dataloader.checkpoint import state_kind
 
 STATE_KIND = "EpochSiftingDataloader"
 STATE_VERSION = 2
@@ -53,9 +58,16 @@ _V1_KEYS = (
 
 def current_layout(state: Any) -> dict[str, Any]:
     """``state`` in the current layout, or a ``ValueError`` naming what it is instead."""
-    if not isinstance(state, dict) or state.get("kind") != STATE_KIND:
+    kind = state_kind(state)
+    if kind != STATE_KIND:
+        what = (
+            f"it comes from {kind}.state_dict(); load it with {kind}.load_state_dict()"
+            if kind is not None
+            else f"got a {type(state).__name__} that is no loader's state"
+        )
         raise ValueError(
-            f"not an EpochSiftingDataloader state (version {STATE_VERSION} expected; version 1 is converted)"
+            f"not an EpochSiftingDataloader state: {what} (an EpochSiftingDataloader reads its own states, "
+            f"version {STATE_VERSION}; version 1 is converted)"
         )
     version = state.get("version")
     if version == 1:

@@ -32,6 +32,7 @@ from neuron_sift.epoch.opening import EpochOpener
 from neuron_sift.epoch.pairing import PairingQueue, as_per_sample
 from neuron_sift.epoch.planner import EpochPlan, EpochPlanner
 from neuron_sift.epoch.progress import EpochProgress
+from neuron_sift.epoch.sampling import check_same_on_every_rank, read_sampling
 from neuron_sift.epoch.shares import RankShares
 from neuron_sift.epoch.source import PlannedBatchSampler, inspect_source, rebuild
 from neuron_sift.epoch.tables import ScoreTables
@@ -48,7 +49,8 @@ class EpochSiftingDataloader:
 
     ``sift_config``: an ``EpochSiftConfig`` or dict. ``orig_dataloader``: a DataLoader over a
     map-style dataset (or a wrapper such as ``MpDeviceLoader`` around one); its settings are
-    kept, its sampling is replaced by the plan. ``num_epochs``: the run's length in epochs
+    kept, its sampling is replaced by the plan, which draws only from the samples its sampler
+    can yield (``sampling.py``). ``num_epochs``: the run's length in epochs
     (needed for annealing and ``planned_steps()``; None: no annealing epochs).
     ``backend`` (``"eager"``, ``"xla"`` or None: follow the losses' device),
     ``distributed`` (None: follow ``torch.distributed``; True/False) as in
@@ -63,14 +65,20 @@ class EpochSiftingDataloader:
         backend: ``"eager"``, ``"compiled"``, ``"xla"`` or None to follow the losses' device.
         distributed: None follows ``torch.distributed``; True or False forces it.
         device: where the score tables live; None places them with the first losses.
+        lookahead: the most batches the training loop holds yielded but without their losses
+            (an int >= 1), or None to learn it from the loop (see ``skip_batch``): give it when
+            a wrapper around the loader prefetches a varying number of batches.
 
     Iterating yields the source loader's own batches, of the samples the epoch's plan keeps,
     in the plan's order. Pass each batch's per-sample losses to ``weighted_loss``.
 
     Raises:
         SiftConfigValidationException: the config is invalid.
-        TypeError: the source is not a DataLoader over a dataset with a length and a batch size.
-        ValueError: an empty dataset, ``num_epochs`` not an int >= 1, or an unknown backend.
+        TypeError: the source is not a DataLoader over a dataset with a length and a batch size,
+            or its sampler is a ``WeightedRandomSampler`` or yields something other than indices.
+        ValueError: an empty dataset, ``num_epochs`` or ``lookahead`` not an int >= 1, an
+            unknown backend, or a sampler a plan cannot honour (with replacement, repeated or
+            out-of-range indices, another world size, different on each rank: ``sampling.py``).
     """
 
     def __init__(
@@ -82,6 +90,7 @@ class EpochSiftingDataloader:
         backend: str | None = None,
         distributed: bool | None = None,
         device: Any | None = None,
+        lookahead: int | None = None,
     ) -> None:
         self.sift_config = coerce_epoch_config(sift_config)
         if num_epochs is not None and (
@@ -97,6 +106,9 @@ class EpochSiftingDataloader:
         self.n = self._info.n
         dev = torch.device(device) if device is not None else None
         self.ranks = RankGroup(distributed, dev if dev is not None else torch.device("cpu"))
+        # The samples the user's sampler can yield, and its order: plans never widen them.
+        self.sampling = read_sampling(self._info.dataloader, self.n, self.ranks.world_size)
+        check_same_on_every_rank(self.sampling, self.ranks)
         seed = self.sift_config.seed
         if seed is None:
             seed = self._info.generator_seed if self._info.generator_seed is not None else torch.initial_seed()
@@ -109,15 +121,19 @@ class EpochSiftingDataloader:
             num_epochs,
             self.ranks.world_size,
             self.ranks.rank,
+            self.sampling.support,
+            self.sampling.ordered,
         )
         self.tables = ScoreTables(self.n)
         self.backend: Backend | None = None
         if dev is not None:
             self._place(dev)
-        self.pairing = PairingQueue()
+        self.pairing = PairingQueue(lookahead)
         self.shares = RankShares(self.n, self.ranks)
         self.guard = NoiseGuard(self.sift_config, self.n)
-        self.epoch_log = EpochHistory(self.n)
+        self.epoch_log = EpochHistory(
+            self.planner.m, self.planner.trained_ids
+        )  # kept shares are of the samples plans draw from
         self._sampler = PlannedBatchSampler()
         self._loader = rebuild(orig_dataloader, self._info, self._sampler)
         self.opener = EpochOpener(self.planner, self.tables, self.shares, self.guard, self.epoch_log)
@@ -157,7 +173,7 @@ class EpochSiftingDataloader:
 
     @property
     def counts(self) -> dict[str, int]:
-        """Losses and batches recorded, batches yielded."""
+        """Losses and batches recorded, batches skipped (``skip_batch``), batches yielded."""
         return self.pairing.counts
 
     @property
@@ -193,7 +209,15 @@ class EpochSiftingDataloader:
             ValueError: ``epochs`` is None and the loader has no ``num_epochs``, or ``epochs`` is
                 not an int >= 1.
         """
-        return self.planner.planned_steps(self.progress.epochs_started, self.progress.left_in_current(), epochs)
+        progress = self.progress
+        left = progress.left_in_current()
+        if epochs is not None and left == 0 and progress.is_open():
+            # an open epoch with nothing left (a resume after its last batch): the loop's next
+            # iteration is its empty rest, which counts as the first of ``epochs``
+            if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+                raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
+            return 0 if epochs == 1 else self.planner.planned_steps(progress.epochs_started, 0, epochs - 1)
+        return self.planner.planned_steps(progress.epochs_started, left, epochs)
 
     # -- iteration -----------------------------------------------------------------------
 
@@ -201,13 +225,18 @@ class EpochSiftingDataloader:
         """A new epoch, planned at the first ``next()`` (or by ``start_epoch()`` before), or
         the epoch in progress after ``load_state_dict()``. Batches of the previous epoch that
         never got their losses are forgotten (counted in ``metrics()["unpaired_batches"]``,
-        with a warning). An iterator that is never advanced plans nothing (Lightning calls
-        ``iter()`` once just to check the loader)."""
+        with a warning naming them). An iterator that is never advanced plans nothing
+        (Lightning calls ``iter()`` once just to check the loader), and an epoch is spent only
+        once a loss of it is recorded: after a peek (``next(iter(loader))``) the next
+        ``iter()`` runs the same plan from its start. An epoch left after some losses (a
+        ``break``) is over: the next ``iter()`` plans the next one, warning how many of its
+        batches were never trained."""
         return self.iter_epoch()
 
     def start_epoch(self) -> EpochPlan:
         """Plan the next epoch now (``len()`` and ``plan`` then describe it); the next
-        ``iter()`` runs it. Does nothing if an epoch is already planned and not yet iterated.
+        ``iter()`` runs it. Does nothing if an epoch is already planned and no loss of it was
+        recorded yet (planned ahead, peeked at, or a checkpoint's).
 
         Returns:
             The epoch's ``EpochPlan``.
@@ -232,7 +261,9 @@ class EpochSiftingDataloader:
 
         ``per_sample``: ``[n]`` (or ``[n, 1]``) floating losses, ``reduction="none"``, any
         precision (bf16/fp16 upcast to float32). ``partial=True``: this is a micro-batch, the
-        next ``n`` samples of the waiting batch, in order. Non-finite losses are not recorded
+        next ``n`` samples of the waiting batch, in order, and the value returned is its share
+        of the batch's, ``sum(w_i * l_i) / n_batch`` over its samples: the parts of a batch sum
+        to the batch's weighted mean whatever their sizes. Non-finite losses are not recorded
         (counted in ``metrics()``) and stay in the returned mean, as without sifting.
         Raises ``LossOutputException`` on a wrong shape, length, dtype or device, or when no
         yielded batch is waiting (see ``neuron_sift/epoch/pairing.py``).
@@ -242,8 +273,9 @@ class EpochSiftingDataloader:
             partial: the losses are a micro-batch of that batch (the next ``n`` samples).
 
         Returns:
-            A 0-dim tensor, the weighted mean to call ``backward()`` on; its expectation over the
-            epoch's draws is the full-data mean loss.
+            A 0-dim tensor, the weighted mean to call ``backward()`` on (a micro-batch's share of
+            it with ``partial=True``); its expectation over the epoch's draws is the full-data
+            mean loss.
 
         Raises:
             LossOutputException: a wrong shape, length, dtype or device, or no batch is waiting.
@@ -257,14 +289,31 @@ class EpochSiftingDataloader:
             raise LossOutputException(
                 f"weighted_loss got losses on {device} but the score tables live on {self.tables.device}"
             )
-        ids, done, epoch = self.pairing.take(per_sample, per_sample.shape[0], partial)
-        out = self.tables.weighted_mean(ids, per_sample, epoch)
-        if epoch != self.progress.epochs_started:  # a batch carried from the previous epoch
-            self.shares.carried_over(ids)
-        if done:
-            self.progress.recorded(epoch)
+        taken = self.pairing.take(per_sample, per_sample.shape[0], partial)
+        out = self.tables.weighted_mean(taken.ids, per_sample, taken.tag, taken.batch_size)
+        if taken.tag != self.progress.epochs_started:  # a batch carried from the previous epoch
+            self.shares.carried_over(taken.ids)
+        self.progress.recorded(taken.tag, taken.done)
         self.epoch_log.spent("weighted_loss", time.perf_counter() - start)
         return out
+
+    def skip_batch(self) -> None:
+        """Leave the oldest batch still waiting for its losses out: it gets none (its samples
+        keep their previous scores, the rest of a micro-batched one too), it counts as done
+        for the epoch's position and a checkpoint, and ``counts["batches_skipped"]`` counts it.
+
+        Call it where the loop moves past a batch without ``weighted_loss`` (a non-finite loss
+        it will not step on, a batch it filters out): ``loader.skip_batch(); continue``. Why it
+        is needed: the losses carry no ids, so the next call would pair with the skipped
+        batch's samples; once the loop's look-ahead is known (``pairing.py``), the loader
+        catches that at the next yield (the loop then holds more batches without losses than
+        its look-ahead) and raises ``LossOutputException`` there, before any loss goes to the
+        wrong samples.
+
+        Raises:
+            LossOutputException: no yielded batch is waiting.
+        """
+        self.progress.recorded(self.pairing.skip(), True)
 
     # -- checkpoints ---------------------------------------------------------------------
 

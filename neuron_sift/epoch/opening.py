@@ -47,8 +47,8 @@ class EpochOpener:
         planner = self.planner
         if planner.num_epochs is not None and epoch == planner.num_epochs:
             logger.warning(
-                "EpochSiftingDataloader: epoch %d is past num_epochs=%d; it trains on all data",
-                epoch + 1,
+                "EpochSiftingDataloader: epoch %d (0-based) is past num_epochs=%d; it trains on all data",
+                epoch,
                 planner.num_epochs,
             )
         if planner.needs_scores(epoch):

@@ -11,17 +11,38 @@ ahead a wrapper or the workers have pulled.
 - one call per batch: the loss vector must have exactly the batch's length;
 - micro-batches: split a batch in order and pass ``partial=True`` with each part; the
   batch is done when its last sample has its loss;
+- a batch the loop leaves out: ``skip_batch()`` before moving on (its samples keep their
+  previous scores);
 - a wrong length, a call with no batch waiting, or the same loss tensor passed twice
   raise ``LossOutputException`` before anything is recorded: never a silent
   misattribution.
 
-The queue also keeps the counts of pairs made (batches yielded and recorded, losses
-recorded, batches dropped unpaired): it is where each of those events happens.
+Why a skipped batch is caught at the next yield: a loop that ``continue``s past a batch
+without its loss would hand the next batch's losses to the skipped batch's ids, and
+nothing in the losses tells them apart. What does tell is the queue's depth: right after
+a yield it is how many batches the loop holds without their losses, its look-ahead (1 for
+a plain loop, 2 for Lightning's one-batch prefetch, up to ``k`` for gradient accumulation
+that pulls ``k`` batches first). The look-ahead is given (``lookahead``) or learned: it is
+the depth reached before the run's first loss, and it is known once that loss arrives
+while the iteration still had batches to give (an iteration that ran out first, such as a
+resumed epoch's short rest, only bounds it from below: learning goes on). Once known, a
+yield that would leave more batches waiting means one was passed over, and the yield
+raises before any loss can go to the wrong samples. Until then a batch left out cannot be
+told from a deeper look-ahead: the first batch of a run (or of a resumed run) skipped
+without ``skip_batch()`` goes unnoticed until its epoch ends (the unpaired-batch
+warning). A wrapper that pulls from the loader in its own thread prefetches as far as its
+thread runs, not a fixed depth: without ``lookahead`` the check is off for it (a
+one-time note in the log says so).
+
+The queue also keeps the counts of pairs made (batches yielded, recorded and skipped,
+losses recorded, batches dropped unpaired): it is where each of those events happens.
 """
 
+import logging
 import threading
 import weakref
 from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,7 +50,9 @@ import torch
 
 from neuron_sift.exceptions import LossOutputException
 
-COUNTS = ("losses_recorded", "batches_recorded", "batches_yielded")
+logger = logging.getLogger("neuron_sift.epoch.loader")
+
+COUNTS = ("losses_recorded", "batches_recorded", "batches_skipped", "batches_yielded")
 
 
 def as_per_sample(per_sample: Any) -> torch.Tensor:
@@ -49,43 +72,142 @@ def as_per_sample(per_sample: Any) -> torch.Tensor:
     return per_sample
 
 
+def check_lookahead(lookahead: Any) -> int | None:
+    """The ``lookahead`` argument as an int >= 1 or None, or a ``ValueError`` naming it."""
+    if lookahead is None:
+        return None
+    if isinstance(lookahead, bool) or not isinstance(lookahead, int) or lookahead < 1:
+        raise ValueError(
+            f"lookahead must be an int >= 1 (the most batches the loop holds without their losses) or None "
+            f"(learned from the loop), got {lookahead!r}"
+        )
+    return lookahead
+
+
+@dataclass
+class Waiting:
+    """A yielded batch still waiting for (some of) its losses."""
+
+    ids: np.ndarray
+    tag: int  # the epoch's tag (epochs started when it was yielded): 1 + its 0-based index
+    index: int  # its 0-based index among this rank's batches of that epoch
+    offset: int = 0  # samples whose losses are recorded
+
+    def where(self) -> str:
+        return f"batch {self.index} of epoch {self.tag - 1} (0-based)"
+
+
+@dataclass
+class Taken:
+    """What one ``weighted_loss`` call pairs with: the ids, their batch's size, whether the
+    batch is now complete, and its epoch tag."""
+
+    ids: np.ndarray
+    batch_size: int
+    done: bool
+    tag: int
+
+
 class PairingQueue:
     """FIFO of yielded batches' ids; thread-safe (a prefetching wrapper pushes from its own thread)."""
 
-    def __init__(self) -> None:
-        self._queue: deque[list[Any]] = deque()  # [ids, offset, tag]
+    def __init__(self, lookahead: int | None = None) -> None:
+        self._queue: deque[Waiting] = deque()
         self._lock = threading.Lock()
         self._last: weakref.ref[Any] | None = None
         self._counts: dict[str, int] = dict.fromkeys(COUNTS, 0)
         self.dropped_batches = 0  # yielded but never paired (counted when an epoch restarts)
+        self.lookahead = check_lookahead(lookahead)
+        self._learned = 0  # the deepest queue seen while learning the look-ahead
+        self._known = False  # the look-ahead is learned: a deeper queue means a skipped batch
+        self._ended = False  # the current iteration has given its last batch
+        self._loss_thread: int | None = None  # the thread that calls weighted_loss
+        self._foreign = False  # a wrapper pulls from the loader in a thread of its own
 
     @property
     def counts(self) -> dict[str, int]:
-        """Losses and batches recorded, batches yielded (a copy)."""
+        """Losses and batches recorded, batches skipped and yielded (a copy)."""
         with self._lock:
             return dict(self._counts)
 
-    def push(self, ids: np.ndarray, tag: int = 0) -> None:
-        """A yielded batch's ids; ``tag`` (the epoch) comes back from ``take``."""
+    def new_iteration(self) -> None:
+        """An ``iter()`` began (its batches may go deeper than the last iteration's end did)."""
         with self._lock:
-            self._queue.append([ids, 0, tag])
+            self._ended = False
+
+    def iteration_ended(self) -> None:
+        """The current iteration gave its last batch: a loss arriving now does not tell the
+        loop's look-ahead (the loop may have wanted more batches than were left)."""
+        with self._lock:
+            self._ended = True
+
+    def push(self, ids: np.ndarray, tag: int = 0, index: int = 0) -> None:
+        """A batch about to be yielded; ``tag`` (the epoch) comes back from ``take``.
+
+        Raises:
+            LossOutputException: the yield would leave more batches without their losses than
+                the loop's look-ahead: the oldest one was passed over without ``skip_batch()``.
+        """
+        with self._lock:
+            depth = len(self._queue) + 1
+            if self._loss_thread is not None and threading.get_ident() != self._loss_thread:
+                if not self._foreign and self.lookahead is None:
+                    logger.info(
+                        "EpochSiftingDataloader: batches are pulled from another thread than the one calling "
+                        "weighted_loss (a prefetching wrapper); a batch skipped without skip_batch() is not "
+                        "detected unless the loader is given lookahead="
+                    )
+                self._foreign = True
+            limit = self.lookahead if self.lookahead is not None else self._learned
+            if self.lookahead is None and not self._known:
+                self._learned = max(self._learned, depth)
+            elif depth > limit and (self.lookahead is not None or not self._foreign):
+                skipped = self._queue[0]
+                raise LossOutputException(
+                    f"EpochSiftingDataloader: {skipped.where()} was yielded but got no loss through weighted_loss "
+                    f"before the next batch was requested (this loop holds at most {limit} batch(es) without their "
+                    "losses); its losses would go to the wrong samples. To leave a batch out, call "
+                    "loader.skip_batch() before `continue`, or call weighted_loss first and skip only the "
+                    "optimizer step; a loop that prefetches a varying number of batches passes lookahead= "
+                    "to the loader"
+                )
+            self._queue.append(Waiting(ids, tag, index))
             self._counts["batches_yielded"] += 1
 
     def waiting(self) -> int:
         with self._lock:
             return len(self._queue)
 
-    def clear(self) -> int:
-        """Drop every waiting batch (a new epoch began); returns how many were dropped."""
+    def waiting_of(self, tag: int) -> list[int]:
+        """The batch indices of epoch ``tag`` still waiting, oldest first."""
         with self._lock:
-            n = len(self._queue)
+            return [w.index for w in self._queue if w.tag == tag]
+
+    def clear(self) -> list[Waiting]:
+        """Drop every waiting batch (a new epoch began); returns the dropped ones, oldest first."""
+        with self._lock:
+            dropped = list(self._queue)
             self._queue.clear()
-            self.dropped_batches += n
+            self.dropped_batches += len(dropped)
             self._last = None
+            return dropped
+
+    def discard(self, tag: int) -> int:
+        """Forget the waiting batches of epoch ``tag`` without counting them as unpaired: a
+        peek whose epoch runs again from its start; returns how many."""
+        with self._lock:
+            keep = deque(w for w in self._queue if w.tag != tag)
+            n = len(self._queue) - len(keep)
+            self._queue = keep
             return n
 
-    def take(self, loss_tensor: torch.Tensor, n: int, partial: bool) -> tuple[np.ndarray, bool, int]:
-        """The ids the next ``n`` losses belong to, whether their batch is now complete, and its tag."""
+    def _loss_arrives(self) -> None:
+        if not self._ended:
+            self._known = True
+        self._loss_thread = threading.get_ident()
+
+    def take(self, loss_tensor: torch.Tensor, n: int, partial: bool) -> Taken:
+        """The ids the next ``n`` losses belong to (see ``Taken``)."""
         with self._lock:
             last = self._last() if self._last is not None else None
             if last is not None and last is loss_tensor:
@@ -99,10 +221,10 @@ class PairingQueue:
                     "of this loader (a second call for the same batch, or a loss of a batch from elsewhere?)"
                 )
             entry = self._queue[0]
-            ids, offset, tag = entry
-            left = len(ids) - offset
+            size, offset = len(entry.ids), entry.offset
+            left = size - offset
             if n > left or (n < left and not partial):
-                where = f"{left} of its {len(ids)} samples still waiting" if offset else f"{len(ids)} samples"
+                where = f"{left} of its {size} samples still waiting" if offset else f"{size} samples"
                 hint = (
                     " If the batch is split into micro-batches, pass partial=True with each part." if n < left else ""
                 )
@@ -110,9 +232,10 @@ class PairingQueue:
                     f"weighted_loss got {n} losses but the batch they belong to has {where}; pass one loss per "
                     f"sample of the batch (reduction='none').{hint}"
                 )
-            part = ids[offset : offset + n]
-            entry[1] = offset + n
-            done = entry[1] == len(ids)
+            self._loss_arrives()
+            part = entry.ids[offset : offset + n]
+            entry.offset = offset + n
+            done = entry.offset == size
             if done:
                 self._queue.popleft()
                 self._counts["batches_recorded"] += 1
@@ -121,7 +244,25 @@ class PairingQueue:
                 self._last = weakref.ref(loss_tensor)
             except TypeError:
                 self._last = None
-            return part, done, tag
+            return Taken(part, size, done, entry.tag)
+
+    def skip(self) -> int:
+        """The oldest waiting batch gets no (more) losses; returns its epoch tag.
+
+        Raises:
+            LossOutputException: no yielded batch is waiting.
+        """
+        with self._lock:
+            if not self._queue:
+                raise LossOutputException(
+                    "skip_batch() was called but no yielded batch is waiting for its loss: call it once for a "
+                    "batch the loop leaves out, instead of weighted_loss"
+                )
+            entry = self._queue.popleft()
+            self._loss_arrives()
+            self._counts["batches_skipped"] += 1
+            self._last = None
+            return entry.tag
 
     # -- checkpoints -----------------------------------------------------------------------
 
@@ -134,5 +275,7 @@ class PairingQueue:
         with self._lock:
             self._queue.clear()
             self._last = None
-            self._counts = {k: int(state[k]) for k in COUNTS}
+            # batches_skipped is newer than the other counts: a state without it skipped none
+            self._counts = {k: int(state[k] if k in state or k != "batches_skipped" else 0) for k in COUNTS}
             self.dropped_batches = int(state["dropped_batches"])
+            self._learned, self._known, self._ended = 0, False, False  # learned again after a resume

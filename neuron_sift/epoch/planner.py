@@ -5,9 +5,18 @@ scores at the epoch's start, the guard's streaks), so every data-parallel rank c
 the same global plan and takes its own equal share, and a resumed run re-plans nothing
 (the plan in progress is in the checkpoint) while later plans come out the same.
 
-Kinds of epoch: ``warmup`` (the first ``warmup_epochs``), ``anneal`` (the last
-``floor(anneal_fraction * num_epochs)``, and any epoch past ``num_epochs``) and ``sift``.
-Warm-up and annealing epochs train on every sample with unit weights.
+Kinds of epoch: ``warmup`` (the first ``warmup_epochs``, and always epoch 0: with
+``warmup_epochs=0`` it has no scores to plan from yet, so it trains on every sample and is
+counted as the warm-up it is), ``anneal`` (the last ``floor(anneal_fraction * num_epochs)``,
+and any epoch past ``num_epochs``) and ``sift``. Warm-up and annealing epochs train on every
+sample with unit weights.
+
+Every plan draws from the *support* only: the samples the user's sampler can yield
+(``sampling.py``). Tables stay indexed by dataset id (``N``); a plan works in the support's
+own index space (``M`` samples, all counts from ``M``), percentiles rank the support's
+scores among themselves, and its ids map back to dataset ids. Samples outside the support
+get inclusion 0 and weight 1: they are never loaded. With ``ordered`` (a sequential
+sampler), each epoch's kept samples train in dataset order.
 
 A sifted epoch draws its kept set by systematic sampling over a seeded random order:
 with inclusion probabilities ``pi`` summing to an integer ``k``, the points ``u, u+1,
@@ -18,6 +27,7 @@ order; the samples hit are kept. Each sample is kept with probability exactly ``
 """
 
 import math
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,7 +95,9 @@ class EpochPlan:
 
 
 class EpochPlanner:
-    """Plans epochs for ``n`` samples, ``world_size`` ranks, ``batch_size`` per rank.
+    """Plans epochs for ``n`` samples, ``world_size`` ranks, ``batch_size`` per rank, drawing
+    only from ``support`` (sorted unique dataset ids; None: all ``n``), in dataset order when
+    ``ordered``.
 
     The one source of every count: ``len()``, ``planned_steps()`` and the integrations'
     schedule lengths all come from here, so they agree with the batches the plans yield.
@@ -101,11 +113,18 @@ class EpochPlanner:
         num_epochs: int | None = None,
         world_size: int = 1,
         rank: int = 0,
+        support: np.ndarray | None = None,
+        ordered: bool = False,
     ) -> None:
-        if n < world_size:
-            raise ValueError(f"the dataset has {n} samples, fewer than the {world_size} ranks")
+        m = n if support is None else int(support.shape[0])
+        if m < world_size:
+            what = "the dataset has" if support is None else "the sampler yields"
+            raise ValueError(f"{what} {m} samples, fewer than the {world_size} ranks")
         self.config = config
         self.n = n
+        self.support = support
+        self.m = m  # samples a plan draws from: every count is of these
+        self.ordered = ordered
         self.batch_size = batch_size
         self.drop_last = drop_last
         self.seed = seed
@@ -116,7 +135,7 @@ class EpochPlanner:
     # -- what kind of epoch ----------------------------------------------------------------
 
     def kind(self, epoch: int) -> str:
-        if epoch < self.config.warmup_epochs:
+        if epoch < max(1, self.config.warmup_epochs):  # epoch 0 has no scores: a warm-up whatever the config
             return "warmup"
         if self.num_epochs is not None and epoch >= self.num_epochs - self.config.anneal_epochs(self.num_epochs):
             return "anneal"
@@ -139,21 +158,21 @@ class EpochPlanner:
         return max(w, (k // w) * w)
 
     def budget_count(self) -> int:
-        """Samples of a budgeted sifted epoch: ``round(kept_share * N)``, shared equally."""
+        """Samples of a budgeted sifted epoch: ``round(kept_share * M)``, shared equally."""
         share = self.config.kept_share
         if share is None:
             raise ValueError("budget_count() needs a config with kept_share")
-        return self._whole(int(math.floor(share * self.n + 0.5)))
+        return self._whole(int(math.floor(share * self.m + 0.5)))
 
     def free_count(self, expected: float) -> int:
         """Samples of an unbudgeted sifted epoch: the expected count rounded to whole
-        batches on every rank (never more than the dataset holds)."""
+        batches on every rank (never more than the support holds)."""
         unit = self.batch_size * self.world_size
         k = int(math.floor(expected / unit + 0.5)) * unit
-        if k > self.n:
-            k = (self.n // unit) * unit
+        if k > self.m:
+            k = (self.m // unit) * unit
         if k <= 0:
-            k = min(unit, self.n)
+            k = min(unit, self.m)
         return self._whole(k)
 
     def rank_batches(self, total: int) -> int:
@@ -168,15 +187,15 @@ class EpochPlanner:
         current table), else from the config's expected share (``below_mean`` without
         scores: assumes half the scores below their mean)."""
         if self.kind(epoch) != "sift":
-            return self._whole(self.n)
+            return self._whole(self.m)
         if self.config.kept_share is not None:
             return self.budget_count()
-        if scores is not None and not bool(torch.isnan(scores).all()):
+        if scores is not None and not bool(np.isnan(self._local(scores.detach().cpu().float().numpy())).all()):
             return self.free_count(float(self._priorities(scores).sum(dtype=np.float64)))
         share = self.config.expected_kept_share()
         if share is None:
             share = 1.0 - 0.5 * self.config.prune_ratio
-        return self.free_count(share * self.n)
+        return self.free_count(share * self.m)
 
     def epoch_batches(self, epoch: int) -> int:
         """This rank's batches of epoch ``epoch`` before it is planned (exact for full and
@@ -212,9 +231,11 @@ class EpochPlanner:
     # -- checkpoints -----------------------------------------------------------------------
 
     def settings(self) -> dict[str, Any]:
-        """What a checkpoint must agree on: another dataset size, batch size, rank layout or
-        policy would make its plan and scores mean something else."""
-        return {
+        """What a checkpoint must agree on: another dataset size, support (the samples the
+        user's sampler yields), batch size, rank layout or policy would make its plan and
+        scores mean something else. The support is named only when it is not the whole
+        dataset, so states of runs over all samples (and older states) keep their layout."""
+        settings: dict[str, Any] = {
             "n": self.n,
             "batch_size": self.batch_size,
             "world_size": self.world_size,
@@ -222,16 +243,30 @@ class EpochPlanner:
             "policy": self.config.policy,
             "kept_share": self.config.kept_share,
         }
+        if self.support is not None:
+            settings["support_size"] = self.m
+            settings["support_crc32"] = zlib.crc32(self.support.astype("<i8").tobytes())
+        return settings
 
     def state_dict(self) -> dict[str, Any]:
         """The seed (every later plan follows from it) and the settings it is only valid with."""
         return {"seed": self.seed, **self.settings()}
 
     def check_state(self, state: dict[str, Any]) -> None:
-        """Refuse a state of another setup before anything is loaded."""
+        """Refuse a state of another setup before anything is loaded (a state without a
+        support was taken over all samples)."""
         for key, mine in self.settings().items():
-            if state[key] != mine:
+            if key not in ("support_size", "support_crc32") and state[key] != mine:
                 raise ValueError(f"checkpoint has {key}={state[key]!r} but this loader has {mine!r}")
+        theirs = (state.get("support_size", state["n"]), state.get("support_crc32"))
+        mine = (self.m, self.settings().get("support_crc32"))
+        if theirs != mine:
+            raise ValueError(
+                f"checkpoint was taken with a sampler over {theirs[0]} samples "
+                f"({'all' if theirs[1] is None else 'a subset'} of {state['n']}) but this loader's sampler yields "
+                f"{mine[0]} ({'all' if mine[1] is None else 'a subset'}; checksum {mine[1]} vs {theirs[1]}): "
+                "resume with the sampler the checkpoint was taken with"
+            )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.check_state(state)
@@ -239,29 +274,48 @@ class EpochPlanner:
 
     # -- planning --------------------------------------------------------------------------
 
+    def _local(self, values: np.ndarray) -> np.ndarray:
+        """``[N]`` values restricted to the support, in its order (``values`` itself for all)."""
+        return values if self.support is None else values[self.support]
+
+    def _global(self, local: np.ndarray, fill: float) -> np.ndarray:
+        """``[M]`` per-support values placed at their dataset ids, ``fill`` elsewhere."""
+        if self.support is None:
+            return local
+        out = np.full(self.n, fill, dtype=local.dtype)
+        out[self.support] = local
+        return out
+
+    def _ids(self, local_order: np.ndarray) -> torch.Tensor:
+        """Support positions in training order, as dataset ids (sorted when ``ordered``)."""
+        ids = local_order if self.support is None else self.support[local_order]
+        if self.ordered:
+            ids = np.sort(ids)
+        return torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64))
+
     def _priorities(self, scores: torch.Tensor) -> np.ndarray:
+        """The policy's keep priorities of the support's samples (``[M]``), from their scores only."""
         c = self.config
-        values = scores.detach().cpu().to(torch.float32).numpy()
+        values = self._local(scores.detach().cpu().to(torch.float32).numpy())
         return keep_priorities_np(values, c.policy, c.beta_value, c.min_keep_probability, c.prune_ratio)
 
     def plan(self, epoch: int, scores: torch.Tensor, excluded: torch.Tensor | None = None) -> EpochPlan:
         """The plan of epoch ``epoch`` (0-based) from ``scores`` (``[N]`` CPU, NaN = unscored)
         and the guard's ``excluded`` samples (``[N]`` bool, or None)."""
         rng = np.random.Generator(np.random.PCG64(_epoch_seed(self.seed, epoch)))
-        perm = rng.permutation(self.n)
+        perm = rng.permutation(self.m)  # positions in the support
         kind = self.kind(epoch)
-        values = scores.detach().cpu().to(torch.float32).numpy()
+        values = self._local(scores.detach().cpu().to(torch.float32).numpy())
         unscored = np.isnan(values)
         if kind != "sift" or bool(unscored.all()):
-            k = self._whole(self.n)
+            k = self._whole(self.m)
             ones = torch.ones(self.n, dtype=torch.float32)
-            return EpochPlan(
-                epoch, kind if kind != "sift" else "sift-unscored", torch.from_numpy(perm[:k].copy()), ones, ones
-            )
+            inclusion = torch.from_numpy(self._global(np.ones(self.m, dtype=np.float32), 0.0))
+            return EpochPlan(epoch, kind if kind != "sift" else "sift-unscored", self._ids(perm[:k]), ones, inclusion)
         p = self._priorities(scores)
         n_excluded = 0
         if excluded is not None and self.config.noise_guard_epochs > 0:
-            out = excluded.cpu().numpy() & ~unscored
+            out = self._local(excluded.cpu().numpy()) & ~unscored
             n_excluded = int(out.sum())
             p = np.where(out, np.float32(0.0), p)
         k = (
@@ -270,11 +324,11 @@ class EpochPlanner:
             else self.free_count(float(p.sum(dtype=np.float64)))
         )
         k = min(k, self._whole(int((p > 0).sum())))
-        pi = scale_to_count_np(p, float(k), unscored)
-        order = systematic_sample_np(pi, perm, k, float(rng.random()))
+        pi = self._global(scale_to_count_np(p, float(k), unscored), 0.0)
+        local_order = systematic_sample_np(self._local(pi), perm, k, float(rng.random()))
         weights = loss_weights(torch.from_numpy(pi), self.config.max_weight)
         return EpochPlan(
-            epoch, "sift", torch.from_numpy(order), weights, torch.from_numpy(pi.astype(np.float32)), n_excluded
+            epoch, "sift", self._ids(local_order), weights, torch.from_numpy(pi.astype(np.float32)), n_excluded
         )
 
     def rank_batches_of(self, plan: EpochPlan) -> list[np.ndarray]:

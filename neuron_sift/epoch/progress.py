@@ -3,13 +3,26 @@
 Why progress is counted at ``weighted_loss`` and not at ``yield``: the DataLoader's workers
 and wrappers such as ``MpDeviceLoader`` pull batches ahead of the training loop, so a
 yielded batch is not a trained one. ``position`` counts the batches whose losses are
-recorded; a checkpoint resumes there, and the batches pulled ahead but never trained are
-yielded again.
+recorded (or that the loop skipped with ``skip_batch()``); a checkpoint resumes there, and
+the batches pulled ahead but never trained are yielded again.
 
 An epoch is planned at the first ``next()`` (or by ``start_epoch()`` before it), not at
 ``iter()``: Lightning calls ``iter()`` once just to check a loader, and planning then would
-spend an epoch's draws. A new ``iter()`` voids the iterators before it, so two of them
-never interleave one epoch's batches.
+spend an epoch's draws. And an epoch is spent only once a loss of it has been recorded:
+``next(iter(loader))`` to look at a batch leaves the plan in place, and the next ``iter()``
+runs it from where it stood, so a peek does not shift the run by an epoch. An iteration
+left after some losses (a ``break``, an exception caught around the loop) ends its epoch:
+the next ``iter()`` plans the next one and says how many batches were never trained.
+
+The end of an epoch follows the same rule as the per-batch loader: an epoch is open until
+its iteration has ended and no batch of it waits for its losses. A checkpoint of an open
+epoch resumes into its rest, which is empty when it was taken after the last batch's loss
+but before the iteration ended (a loop saving every ``k`` steps hits that point); one
+taken after the iteration ended starts the next epoch. So a loop resumed "at the epoch
+you were in" takes exactly the steps of the uninterrupted run.
+
+A new ``iter()`` voids the iterators before it, so two of them never interleave one
+epoch's batches.
 """
 
 import logging
@@ -19,11 +32,16 @@ from typing import Any
 import numpy as np
 
 from neuron_sift.epoch.opening import EpochOpener
-from neuron_sift.epoch.pairing import PairingQueue
+from neuron_sift.epoch.pairing import PairingQueue, Waiting
 from neuron_sift.epoch.planner import EpochPlan, EpochPlanner
 from neuron_sift.epoch.source import PlannedBatchSampler
 
 logger = logging.getLogger("neuron_sift.epoch.loader")
+
+
+def _named(batches: list[Waiting], most: int = 5) -> str:
+    names = ", ".join(w.where() for w in batches[:most])
+    return names + (f" and {len(batches) - most} more" if len(batches) > most else "")
 
 
 class EpochProgress:
@@ -46,35 +64,55 @@ class EpochProgress:
         self.epochs_started = 0
         self.plan: EpochPlan | None = None
         self.batches: list[np.ndarray] = []
-        self.position = 0  # batches of the current epoch whose losses are recorded
-        self.in_progress = False
-        self.resuming = False  # a checkpoint's epoch in progress: the next iter() continues it
-        self.planned_ahead = False  # start_epoch() planned the next epoch; iter() runs it
+        self.position = 0  # batches of the current epoch whose losses are recorded (or skipped)
+        self.in_progress = False  # the current epoch is planned and its iteration has not ended
+        self.touched = False  # a loss of the current epoch arrived since its latest iter() (or its planning)
+        self.loaded = False  # the current epoch is a checkpoint's
         self._token = 0
+
+    # -- where the epoch stands ------------------------------------------------------------
+
+    def runs_again(self) -> bool:
+        """Whether the next ``iter()`` runs the current plan from ``position`` instead of
+        planning the next epoch: it was planned ahead, only peeked at, or loaded."""
+        return self.in_progress and not self.touched
+
+    @property
+    def resuming(self) -> bool:
+        """Whether the next ``iter()`` continues a checkpoint's epoch in progress."""
+        return self.loaded and self.runs_again()
+
+    def is_open(self) -> bool:
+        """Whether the current epoch is not over: its iteration has not ended, or a wrapper
+        that pulled its last batches ahead is still training them."""
+        return self.in_progress or bool(self.plan is not None and self.pairing.waiting_of(self.epochs_started))
+
+    def finished(self) -> bool:
+        """Whether every batch of the current epoch on this rank has its losses (or was skipped)."""
+        return self.plan is not None and self.position >= len(self.batches)
 
     # -- lengths ---------------------------------------------------------------------------
 
     def known_length(self) -> int | None:
         """This rank's batches of the epoch that the next ``iter()`` runs or that is running
-        (only those left when resuming); None when that epoch is not planned yet."""
-        if self.resuming:
+        (only those left when it runs again from a position); None when that epoch is not
+        planned yet."""
+        if self.runs_again():
             return len(self.batches) - self.position
-        if self.in_progress or self.planned_ahead:
+        if self.in_progress:
             return len(self.batches)
         return None
 
     def left_in_current(self) -> int:
-        """Batches of the epoch in progress still waiting for their losses (0: none)."""
-        if self.in_progress and self.position < len(self.batches):
-            return len(self.batches) - self.position
-        return 0
+        """Batches of the open epoch still waiting for their losses (0: none, or no open epoch)."""
+        return len(self.batches) - self.position if self.is_open() else 0
 
     # -- iteration -------------------------------------------------------------------------
 
     def start_epoch(self) -> EpochPlan:
-        if not self.planned_ahead and not self.resuming:
+        if not self.runs_again():
+            self._leave_current()
             self._open()
-            self.planned_ahead = True
         if self.plan is None:  # a resume always brings its plan
             raise RuntimeError("EpochSiftingDataloader: no epoch is planned")
         return self.plan
@@ -84,21 +122,21 @@ class EpochProgress:
         return self._iterate(self._token, carry_pending)
 
     def _iterate(self, token: int, carry_pending: bool) -> Iterator[Any]:
-        if self.resuming:
-            self.resuming = False
-            start = self.position
+        if self.runs_again():
+            self.pairing.discard(self.epochs_started)  # a peek's batches: they come again now
         else:
-            if not self.planned_ahead:
-                self._open()
-            start = 0
-        self.planned_ahead = False
-        dropped = 0 if carry_pending else self.pairing.clear()
+            self._leave_current()
+            self._open()
+        start = self.position
+        dropped = [] if carry_pending else self.pairing.clear()
         if dropped:
             logger.warning(
-                "EpochSiftingDataloader: %d yielded batch(es) never got their losses through weighted_loss; "
+                "EpochSiftingDataloader: %d yielded batch(es) never got their losses through weighted_loss (%s); "
                 "their samples keep their previous scores",
-                dropped,
+                len(dropped),
+                _named(dropped),
             )
+        self.pairing.new_iteration()
         self.sampler.batches = self.batches
         self.sampler.start = start
         j = start
@@ -107,32 +145,54 @@ class EpochProgress:
                 raise RuntimeError(
                     "EpochSiftingDataloader: a new iteration was started; this iterator is no longer valid"
                 )
-            self.pairing.push(self.batches[j], self.epochs_started)
+            self.pairing.push(self.batches[j], self.epochs_started, j)
             j += 1
             yield batch
         if token == self._token:
             self.in_progress = False
+            self.pairing.iteration_ended()
+
+    def _leave_current(self) -> None:
+        """Before the next epoch is planned: say so if the current one was left with batches
+        never trained (its iteration abandoned after some losses)."""
+        if not self.in_progress or self.plan is None or self.finished():
+            return
+        left = len(self.batches) - self.position
+        logger.warning(
+            "EpochSiftingDataloader: epoch %d (0-based) was left after %d of its %d batches on this rank had their "
+            "losses (a break, or an exception caught around the loop); the other %d were never trained. The next "
+            "epoch is planned now",
+            self.epochs_started - 1,
+            self.position,
+            len(self.batches),
+            left,
+        )
 
     def _open(self) -> None:
         self.plan, self.batches = self.opener.open(self.epochs_started, self.plan)
         self.epochs_started += 1
         self.position = 0
         self.in_progress = True
+        self.touched = False
+        self.loaded = False
 
-    def recorded(self, epoch_tag: int) -> None:
-        """A batch's losses are all recorded; ``epoch_tag``: the epoch it was yielded in (one
-        carried over from the epoch before does not move this epoch's position)."""
+    def recorded(self, epoch_tag: int, done: bool) -> None:
+        """Losses of a batch arrived (``done``: all of them, or it was skipped); ``epoch_tag``:
+        the epoch it was yielded in (one carried over from the epoch before does not move this
+        epoch's position)."""
         if epoch_tag == self.epochs_started:
-            self.position += 1
+            self.touched = True
+            if done:
+                self.position += 1
 
     # -- checkpoints -----------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """The plan in progress and the position in it; an epoch whose batches all have their
-        losses is saved as finished, so a resume starts the next one."""
+        """The plan in progress and the position in it; an open epoch (see the module's
+        docstring) is saved in progress, even with nothing left, so a resume takes its rest."""
         return {
             "epochs_started": self.epochs_started,
-            "in_progress": self.left_in_current() > 0,
+            "in_progress": self.is_open(),
             "position": self.position,
             "plan": None if self.plan is None else self.plan.state_dict(),
         }
@@ -143,6 +203,6 @@ class EpochProgress:
         self.plan = None if state["plan"] is None else EpochPlan.from_state(state["plan"])
         self.batches = self.planner.rank_batches_of(self.plan) if self.plan is not None else []
         self.in_progress = bool(state["in_progress"])
-        self.resuming = self.in_progress
-        self.planned_ahead = False
+        self.touched = False
+        self.loaded = self.in_progress
         self._token += 1  # iterators started before loading are void

@@ -3,9 +3,12 @@
 Only the sampling changes: ``EpochSiftingDataloader`` builds a new ``DataLoader`` over the
 same map-style dataset with the user's settings (batch size, workers, collate function,
 pin memory, prefetch factor, persistent workers, timeout, worker init, multiprocessing
-context, generator, ``drop_last``) and its own ``batch_sampler``; a wrapper the user passed
-(torch-xla's ``MpDeviceLoader``, anything holding the DataLoader as ``._loader``) is
-copied with the new DataLoader inside. Nothing is patched globally.
+context, generator, ``drop_last``) and its own ``batch_sampler``; the wrappers the user's
+DataLoader came in (found by ``neuron_sift.dataloader.source_loader.unwrap``: torch-xla's
+``MpDeviceLoader``, accelerate's ``MpDeviceLoaderWrapper`` and ``DataLoaderShard``) are
+copied, outermost first, with the new DataLoader inside, so whatever they do per batch
+(device transfer, accelerate's RNG synchronisation and gradient state) still happens.
+Nothing is patched globally.
 """
 
 import copy
@@ -16,18 +19,20 @@ from typing import Any
 import numpy as np
 from torch.utils.data import DataLoader, IterableDataset, Sampler
 
-from neuron_sift.dataloader.source_loader import underlying_dataloader
+from neuron_sift.dataloader.source_loader import WRAPPER_ATTRIBUTES, unwrap
 
 SUPPORTED = (
     "a torch.utils.data.DataLoader over a map-style dataset with __len__ (one whose __getitem__ takes a "
-    "sample index), with a batch size; or a wrapper holding one as ._loader (torch-xla's MpDeviceLoader)"
+    "sample index), with a batch size; or wrappers around one, each holding the next as "
+    + " or ".join(f".{a}" for a in WRAPPER_ATTRIBUTES)
+    + " (torch-xla's MpDeviceLoader, accelerate's prepared loaders)"
 )
 
 
 @dataclass
 class SourceInfo:
     dataloader: "DataLoader[Any]"
-    wrapper_path: int  # how many ._loader hops from the user's object to the DataLoader
+    wrappers: tuple[tuple[Any, str], ...]  # the user's wrappers, outermost first, with the attribute to the next
     n: int
     batch_size: int
     drop_last: bool
@@ -36,12 +41,10 @@ class SourceInfo:
 
 def inspect_source(orig: Any) -> SourceInfo:
     """What the epoch loader needs from the user's loader, or a TypeError naming what is supported."""
-    loader = underlying_dataloader(orig)
-    if not isinstance(loader, DataLoader):
-        raise TypeError(f"EpochSiftingDataloader needs {SUPPORTED}; got {type(orig).__name__}")
-    hops, node = 0, orig
-    while node is not loader:  # the path underlying_dataloader took, to rebuild the wrappers
-        node, hops = node._loader, hops + 1
+    chain = unwrap(orig)
+    if not chain.reaches_dataloader:
+        raise TypeError(f"EpochSiftingDataloader needs {SUPPORTED}; got {chain.describe()}, with no DataLoader inside")
+    loader = chain.inner
     ds = loader.dataset
     if isinstance(ds, IterableDataset):
         raise TypeError(
@@ -69,7 +72,9 @@ def inspect_source(orig: Any) -> SourceInfo:
             "a DataLoader with in_order=False may deliver batches out of order: use in_order=True (the default)"
         )
     gen = loader.generator
-    return SourceInfo(loader, hops, n, b, bool(drop_last), int(gen.initial_seed()) if gen is not None else None)
+    return SourceInfo(
+        loader, chain.wrappers, n, b, bool(drop_last), int(gen.initial_seed()) if gen is not None else None
+    )
 
 
 class PlannedBatchSampler(Sampler[list[int]]):
@@ -88,7 +93,7 @@ class PlannedBatchSampler(Sampler[list[int]]):
 
 
 def rebuild(orig: Any, info: SourceInfo, batch_sampler: PlannedBatchSampler) -> Any:
-    """The user's loader (and wrapper) with ``batch_sampler`` in place of its sampling."""
+    """The user's loader (and its wrappers) with ``batch_sampler`` in place of its sampling."""
     src = info.dataloader
     kwargs: dict[str, Any] = dict(
         num_workers=src.num_workers,
@@ -105,14 +110,9 @@ def rebuild(orig: Any, info: SourceInfo, batch_sampler: PlannedBatchSampler) -> 
         kwargs["prefetch_factor"] = src.prefetch_factor
     if hasattr(src, "in_order"):
         kwargs["in_order"] = src.in_order
-    ours = DataLoader(src.dataset, batch_sampler=batch_sampler, **kwargs)
-    if info.wrapper_path == 0:
-        return ours
-    top = copy.copy(orig)
-    node = top
-    for _ in range(info.wrapper_path - 1):
-        inner = copy.copy(node._loader)
-        node._loader = inner
-        node = inner
-    node._loader = ours
-    return top
+    node: Any = DataLoader(src.dataset, batch_sampler=batch_sampler, **kwargs)
+    for wrapper, attribute in reversed(info.wrappers):  # shallow copies: the user's wrappers stay as they were
+        outer = copy.copy(wrapper)
+        setattr(outer, attribute, node)
+        node = outer
+    return node

@@ -6,8 +6,21 @@ so each step is one static-shape scatter of the batch's losses into the score ta
 (non-finite ones into the trash slot, counted) and one gather of the batch's weights, with
 nothing read back; the scores cross to the host once per epoch (``snapshot``) to plan the
 next one. On the host the same writes are plain array stores, deferred and batched.
+
+Why a deferred write watches the losses' version counter: on the host the scores are read
+from the loss tensors at the next flush, not at ``weighted_loss``, so a loss tensor changed
+in place after the call (``per_sample.clamp_(...)``) would record the changed values. Each
+pending tensor keeps its version at the call; a flush that finds another version warns
+once. On a device the write is queued at the call (eagerly, or into the lazy graph on XLA),
+so a later in-place change does not reach the recorded scores and nothing is checked.
+
+With ``partial=True`` each micro-batch returns ``sum(w_i * l_i) / n_batch`` over its own
+samples, ``n_batch`` being the whole batch's size: the parts of a batch sum to the batch's
+own value whatever their sizes, so summing (or backpropagating each part) gives the
+gradient of the whole batch without any scaling by the caller.
 """
 
+import logging
 from typing import Any, cast
 
 import numpy as np
@@ -15,6 +28,16 @@ import torch
 
 from neuron_sift.backends.base import Backend
 from neuron_sift.kernels.scores import gather_weights, score_writes, weighted_mean
+
+logger = logging.getLogger("neuron_sift.epoch.loader")
+
+
+def _version(t: torch.Tensor) -> int | None:
+    """``t``'s in-place version counter; None for a tensor without one (inference mode)."""
+    try:
+        return int(t._version)
+    except (RuntimeError, AttributeError):
+        return None
 
 
 class ScoreTables:
@@ -26,7 +49,9 @@ class ScoreTables:
         self._scores = np.full(n + 1, np.nan, dtype=np.float32)
         self._weights = np.ones(n, dtype=np.float32)
         self._uniform = True  # every weight is 1 (a full epoch)
-        self._pending: list[tuple[np.ndarray, torch.Tensor]] = []  # host mode: recorded, not yet written
+        # host mode: recorded, not yet written, with each loss tensor's version at the call
+        self._pending: list[tuple[np.ndarray, torch.Tensor, int | None]] = []
+        self._changed_warned = False
         self._nonfinite = 0
         self._dev_scores: torch.Tensor | None = None
         self._dev_weights: torch.Tensor | None = None
@@ -57,11 +82,17 @@ class ScoreTables:
         (those of epoch ``tag``: the current one, or the one before for a carried batch)."""
         return self._record(ids, losses, tag, mean=False)
 
-    def weighted_mean(self, ids: np.ndarray, losses: torch.Tensor, tag: int | None = None) -> torch.Tensor:
-        """``record``, then the weighted mean ``sum(w_i * l_i) / n`` (``kernels.scores.weighted_mean``)."""
-        return self._record(ids, losses, tag, mean=True)
+    def weighted_mean(
+        self, ids: np.ndarray, losses: torch.Tensor, tag: int | None = None, batch_size: int | None = None
+    ) -> torch.Tensor:
+        """``record``, then ``sum(w_i * l_i) / batch_size`` (``batch_size``: the whole batch's
+        size when ``ids`` is a micro-batch of it; None: ``len(ids)``, the weighted mean)."""
+        return self._record(ids, losses, tag, mean=True, batch_size=batch_size)
 
-    def _record(self, ids: np.ndarray, losses: torch.Tensor, tag: int | None, mean: bool) -> torch.Tensor:
+    def _record(
+        self, ids: np.ndarray, losses: torch.Tensor, tag: int | None, mean: bool, batch_size: int | None = None
+    ) -> torch.Tensor:
+        part = batch_size is not None and batch_size != ids.shape[0]
         host_w, dev_w = self._weights, self._dev_weights
         if tag is not None and tag != self.tag and self._previous is not None and self._previous[0] == tag:
             host_w, dev_w = self._previous[1], self._previous[2]
@@ -72,26 +103,39 @@ class ScoreTables:
             dev_scores.index_put_((slots,), values)
             dev_nonfinite.add_(nonfinite)
             w = gather_weights(cast(torch.Tensor, dev_w), dev_ids)
-            return weighted_mean(losses, w) if mean else w
+            if not mean:
+                return w
+            out = weighted_mean(losses, w)
+            return out * (ids.shape[0] / cast(int, batch_size)) if part else out
         # Host arrays: the write is deferred to one vectorised store per flush (before any read).
-        self._pending.append((ids, losses.detach()))
+        detached = losses.detach()
+        self._pending.append((ids, detached, _version(detached)))
         if len(self._pending) >= 256:
             self.flush()
+        n = batch_size if batch_size is not None else ids.shape[0]
         if mean and self._uniform and host_w is self._weights and losses.dtype == torch.float32:
-            return losses.mean()  # a full epoch: every weight is 1
+            return losses.sum() / n if part else losses.mean()  # a full epoch: every weight is 1
         w = host_w[ids]
         if not mean:
             return torch.from_numpy(w)
         if losses.dtype == torch.float32:  # one op forward and backward: dot with w / n
-            w *= np.float32(1.0 / ids.shape[0])
+            w *= np.float32(1.0 / n)
             return torch.dot(losses, torch.from_numpy(w))
-        return weighted_mean(losses, torch.from_numpy(w))
+        out = weighted_mean(losses, torch.from_numpy(w))
+        return out * (ids.shape[0] / n) if part else out
 
     def flush(self) -> None:
         """Write the recorded losses still pending into the host table (one vectorised store)."""
         if not self._pending:
             return
         pending, self._pending = self._pending, []
+        if not self._changed_warned and any(v is not None and _version(t) != v for _, t, v in pending):
+            self._changed_warned = True
+            logger.warning(
+                "EpochSiftingDataloader: a loss tensor passed to weighted_loss was changed in place afterwards; on "
+                "the host its scores are written later, so the changed values were recorded. Change a copy "
+                "(per_sample.clone()) or change the losses before weighted_loss (this warning is shown once)"
+            )
         ids = np.concatenate([p[0] for p in pending])
         values = torch.cat([p[1].to(torch.float32).reshape(-1) for p in pending]).numpy()
         finite = np.isfinite(values)

@@ -16,9 +16,16 @@ What it does to ``trainer`` (nothing else is patched):
   shape, 1-D classification, 2-D causal LM), then ``weighted_loss``. Evaluation keeps the
   Trainer's own loss. The Trainer's look-ahead of gradient-accumulation batches is what
   the loader's pairing expects (ids matched in the order batches were yielded).
-- ``trainer.epoch_sifting_dataloader`` is the loader of the current ``train()``; with
-  ``log_metrics=True`` every training log carries ``epoch_sifting/<scalar>``
-  (``neuron_sift.metrics.epoch_metrics``), reaching every ``report_to`` (TensorBoard too).
+- ``trainer.epoch_sifting_dataloader`` is the loader of the current ``train()``
+  (``trainer.epoch_sifting_stream`` the ``EpochStream``); with ``log_metrics=True`` every
+  training log carries ``epoch_sifting/<scalar>`` (``neuron_sift.metrics.epoch_metrics``),
+  reaching every ``report_to`` (TensorBoard too).
+- Checkpoints: a ``TrainerCallback`` writes the stream's ``state_dict()`` into each
+  checkpoint folder the Trainer saves (``state_file(rank)``), and ``trainer.train`` is
+  wrapped so that ``resume_from_checkpoint`` restores it into the new stream. Only
+  checkpoints taken at the end of a Trainer epoch resume: mid-epoch the Trainer would skip
+  the trained batches by rebuilding its DataLoader (accelerate's ``skip_first_batches``),
+  which cannot replay the plan; such a checkpoint is refused before that.
 
 Per-sample losses: classification, ``cross_entropy(logits, labels, reduction="none")``;
 causal LM, the mean over each sequence's predicted tokens (labels shifted by one, -100
@@ -26,6 +33,7 @@ ignored) of the token cross-entropy.
 """
 
 import logging
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -47,13 +55,51 @@ class EpochStream:
         self.epoch_sifting_dataloader = loader
         self.per_epoch = max(1, int(per_epoch))
         self._it: Iterator[Any] | None = None
+        self._in_epoch = 0  # batches of the Trainer's open epoch yielded so far
 
     def __len__(self) -> int:
         return self.per_epoch
 
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch loader's state and how far the Trainer's epoch has come; taken between
+        optimizer steps (the Trainer's ``on_save``), when every yielded batch is trained."""
+        return {
+            "loader": self.epoch_sifting_dataloader.state_dict(),
+            "per_epoch": self.per_epoch,
+            "in_epoch": self._in_epoch,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a ``state_dict()`` taken at the end of a Trainer epoch; the next epoch goes
+        on with the batch after the last trained one.
+
+        Why only there: resuming mid-epoch, the Trainer skips the epoch's trained batches
+        itself by rebuilding its DataLoader (accelerate's ``skip_first_batches``), which cannot
+        replay the plan; at an epoch's end it skips nothing.
+        """
+        keys = ("loader", "per_epoch", "in_epoch")
+        if not isinstance(state, dict) or any(k not in state for k in keys):
+            raise ValueError(f"not an epoch-sifting Trainer checkpoint (a dict with keys {keys} expected)")
+        if state["per_epoch"] != self.per_epoch:
+            raise ValueError(
+                f"the checkpoint's run had {state['per_epoch']} batches per Trainer epoch, this one plans "
+                f"{self.per_epoch}: resume with the same dataset, batch size, num_train_epochs and sifting config"
+            )
+        if state["in_epoch"] not in (0, self.per_epoch):
+            raise ValueError(
+                f"enable_epoch_sifting resumes from checkpoints taken at the end of a Trainer epoch; this one was "
+                f"taken {state['in_epoch']} of {self.per_epoch} batches into an epoch, where the Trainer would skip "
+                f"batches the sifting plan must replay. Save with save_strategy='epoch' (or save_steps a multiple "
+                f"of the optimizer steps per epoch) and resume from such a checkpoint"
+            )
+        self.epoch_sifting_dataloader.load_state_dict(state["loader"])
+        self._it = None  # the next epoch continues the loader's restored epoch
+        self._in_epoch = 0
+
     def __iter__(self) -> Iterator[Any]:
-        n, empty = 0, 0
-        while n < self.per_epoch:
+        empty = 0
+        self._in_epoch = 0
+        while self._in_epoch < self.per_epoch:
             if self._it is None:
                 # the Trainer may still hold batches of the previous epoch (gradient accumulation look-ahead)
                 self._it = self.epoch_sifting_dataloader.iter_epoch(carry_pending=True)
@@ -66,7 +112,7 @@ class EpochStream:
                     raise RuntimeError("EpochStream: the loader yields no batches") from None
                 continue
             empty = 0
-            n += 1
+            self._in_epoch += 1
             yield batch
 
 
@@ -119,8 +165,11 @@ def enable_epoch_sifting(
             "get_train_dataloader": trainer.get_train_dataloader,
             "compute_loss": trainer.compute_loss,
             "log": trainer.log,
+            "train": trainer.train,
         }
         trainer._neuron_sift_epoch_originals = originals
+        trainer.add_callback(_saving_callback(trainer))
+    resume: dict[str, str | None] = {"path": None}  # the checkpoint the current train() resumes from
     # The loss returned is a per-batch mean: the Trainer divides it by the accumulation steps.
     trainer.model_accepts_loss_kwargs = False
     if hasattr(trainer, "loss_is_scaled_for_ga"):
@@ -134,6 +183,9 @@ def enable_epoch_sifting(
         # The planner's count (loader.planned_steps()) is the one source of the run's length:
         # the Trainer's max_steps and schedule then end where the plans end.
         stream = EpochStream(loader, loader.planned_steps() // epochs)
+        if resume["path"] is not None:
+            stream.load_state_dict(_load_stream_state(resume["path"], loader.ranks.rank))
+        trainer.epoch_sifting_stream = stream
         logger.info(
             "enable_epoch_sifting: %d batches per Trainer epoch (%s)",
             len(stream),
@@ -165,8 +217,64 @@ def enable_epoch_sifting(
             logs.update(epoch_metrics(loader).scalars(prefix="epoch_sifting/"))
         return originals["log"](logs, *args, **kwargs)
 
+    def train(resume_from_checkpoint: Any = None, *args: Any, **kwargs: Any) -> Any:
+        resume["path"] = _checkpoint_folder(trainer, resume_from_checkpoint)
+        try:
+            return originals["train"](resume_from_checkpoint, *args, **kwargs)
+        finally:
+            resume["path"] = None
+
     trainer.epoch_sifting_dataloader = None
+    trainer.epoch_sifting_stream = None
     trainer.get_train_dataloader = get_train_dataloader
     trainer.compute_loss = compute_loss
     trainer.log = log
+    trainer.train = train
     return trainer
+
+
+def state_file(rank: int) -> str:
+    """The file in a Trainer checkpoint folder holding this rank's sifting state."""
+    return f"epoch_sifting_rank{rank}.pt"
+
+
+def _checkpoint_folder(trainer: Any, resume_from_checkpoint: Any) -> str | None:
+    """The folder ``train(resume_from_checkpoint=...)`` resumes from, as the Trainer reads the
+    argument (``True``: the last checkpoint in ``output_dir``), or None."""
+    if resume_from_checkpoint is None or resume_from_checkpoint is False:
+        return None
+    if resume_from_checkpoint is True:
+        from transformers.trainer_utils import get_last_checkpoint
+
+        return get_last_checkpoint(trainer.args.output_dir)  # None: the Trainer itself refuses
+    return os.fspath(resume_from_checkpoint)
+
+
+def _load_stream_state(folder: str, rank: int) -> dict[str, Any]:
+    path = os.path.join(folder, state_file(rank))
+    if not os.path.isfile(path):
+        raise ValueError(
+            f"resume_from_checkpoint={folder!r} holds no {state_file(rank)}: the checkpoint was not saved by a "
+            f"Trainer with enable_epoch_sifting, so the sifting plan and scores cannot be restored. Resume from a "
+            f"checkpoint of an epoch-sifting run, or train without resume_from_checkpoint"
+        )
+    state: dict[str, Any] = torch.load(path, weights_only=True)
+    return state
+
+
+def _saving_callback(trainer: Any) -> Any:
+    """A ``TrainerCallback`` writing the sifting state into each checkpoint the Trainer saves."""
+    from transformers import TrainerCallback
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    class SaveEpochSifting(TrainerCallback):
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            stream = getattr(trainer, "epoch_sifting_stream", None)
+            if stream is None:
+                return
+            folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+            os.makedirs(folder, exist_ok=True)
+            rank = stream.epoch_sifting_dataloader.ranks.rank
+            torch.save(stream.state_dict(), os.path.join(folder, state_file(rank)))
+
+    return SaveEpochSifting()

@@ -5,9 +5,12 @@ log lines and TensorBoard scalars.
 ``epoch_sifting_dataloader``, such as the Hugging Face Trainer after
 ``enable_epoch_sifting``) with ``loader.metrics()``: one host read of the score table on a
 device. Scalars (``EpochSiftingMetrics.scalars()``): ``kept_share`` and ``mean_weight`` of
-the current epoch's plan, ``max_weight``, ``scores_recorded``, ``num_nonfinite_losses``,
-``excluded_by_guard``, ``epoch``, ``unpaired_batches``, ``batches_recorded``,
-``planning_seconds``, ``machinery_seconds``, and ``planned_steps`` (the batches this rank
+the current epoch's plan (of the samples trained: with ``drop_last`` the cut short batches
+are not counted), ``max_weight``, ``scores_recorded``, ``num_nonfinite_losses``,
+``excluded_by_guard``, ``epoch`` (the current epoch's 0-based index, as in the history and
+the log lines; absent before the first epoch), ``epoch_finished`` (1 once every batch of it
+on this rank has its losses), ``unpaired_batches``, ``batches_recorded``,
+``batches_skipped``, ``planning_seconds``, ``machinery_seconds``, and ``planned_steps`` (the batches this rank
 still trains, from ``loader.planned_steps()``: the planner's count, the same one the
 Trainer integration sizes its epochs by, so a dashboard never shows a second estimate;
 absent without ``num_epochs``). The Lightning callback and the Trainer integration report
@@ -27,6 +30,7 @@ logger = logging.getLogger("neuron_sift.epoch.loader")
 
 SCALARS = (
     "epoch",
+    "epoch_finished",
     "kept_share",
     "mean_weight",
     "max_weight",
@@ -35,6 +39,7 @@ SCALARS = (
     "excluded_by_guard",
     "unpaired_batches",
     "batches_recorded",
+    "batches_skipped",
     "planning_seconds",
     "machinery_seconds",
     "planned_steps",

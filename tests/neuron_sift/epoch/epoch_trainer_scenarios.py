@@ -1,10 +1,13 @@
-"""Hugging Face Trainer runs with ``enable_epoch_sifting``, in a subprocess (USE_TORCH_XLA=0,
-see tests/neuron_sift/integrations/trainer_scenarios.py). Prints one JSON object.
+"""Hugging Face Trainer runs with ``enable_epoch_sifting``, in a subprocess: ``cpu`` with
+USE_TORCH_XLA=0, ``xla`` on torch-xla's CPU device (see
+tests/neuron_sift/integrations/trainer_scenarios.py). Prints one JSON object.
 
-    python -m tests.neuron_sift.epoch.epoch_trainer_scenarios
+    python -m tests.neuron_sift.epoch.epoch_trainer_scenarios cpu|xla
 """
 
 import json
+import os
+import sys
 import tempfile
 
 import torch
@@ -15,10 +18,13 @@ from transformers import (
     GPT2Config,
     GPT2LMHeadModel,
     Trainer,
+    TrainerCallback,
     TrainingArguments,
 )
 
+from neuron_sift.dataloader.source_loader import unwrap
 from neuron_sift.integrations.epoch_trainer import enable_epoch_sifting
+from tests.neuron_sift.integrations.trainer_scenarios import TinyTextClassifier
 
 
 class Toy(Dataset):
@@ -67,7 +73,122 @@ def run(model, data, out, epochs=4, accumulate=1, share=0.5):
         "logged": sorted(k for h in trainer.state.log_history for k in h if k.startswith("epoch_sifting/"))[:3],
         "eval_loss": ev.get("eval_loss"),
         "train_loss": result.training_loss,
+        "source": unwrap(loader.orig_dataloader).describe(),
+        "rebuilt": unwrap(loader._loader).describe(),
     }
+
+
+class CompilesPerEpoch(TrainerCallback):
+    """XLA compilations so far at the end of each Trainer epoch."""
+
+    def __init__(self):
+        self.trainer = None
+        self.counts = []
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        self.counts.append(self.trainer.epoch_sifting_dataloader.backend.compile_count())
+
+
+def run_xla(out, epochs=5):
+    """A model that compiles fast, on the device accelerate picks wherever torch-xla is installed."""
+    args = TrainingArguments(
+        output_dir=out,
+        per_device_train_batch_size=8,
+        num_train_epochs=epochs,
+        learning_rate=1e-3,
+        optim="adamw_torch",  # transformers' default fused AdamW does not take XLA tensors
+        logging_steps=4,
+        report_to=[],
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    compiles = CompilesPerEpoch()
+    trainer = Trainer(model=TinyTextClassifier(), args=args, train_dataset=Toy(n=64), callbacks=[compiles])
+    compiles.trainer = trainer
+    enable_epoch_sifting(trainer, {"seed": 0, "kept_share": 0.5, "anneal_fraction": 0.2})
+    trainer.train()
+    loader = trainer.epoch_sifting_dataloader
+    m = loader.metrics()
+    return {
+        "global_step": trainer.state.global_step,
+        "planned": loader.counts["batches_recorded"],
+        "scores_recorded": m["scores_recorded"],
+        "unpaired": m["unpaired_batches"],
+        "kinds": [e["kind"] for e in m["epochs"]],
+        "backend": loader.backend.name,
+        "compiles": compiles.counts,
+        "source": unwrap(loader.orig_dataloader).describe(),
+        "rebuilt": unwrap(loader._loader).describe(),
+    }
+
+
+class SaveAt(TrainerCallback):
+    """Checkpoints at the given global steps only."""
+
+    def __init__(self, steps):
+        self.steps = set(steps)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_save = state.global_step in self.steps
+
+
+class TrainedIds:
+    """The classification loss, recording the dataset index of every sample trained on."""
+
+    def __init__(self, data):
+        self.index = {tuple(row.tolist()): i for i, row in enumerate(data.ids)}
+        self.steps = []
+
+    def __call__(self, outputs, inputs):
+        self.steps.append([self.index[tuple(row.tolist())] for row in inputs["input_ids"].cpu()])
+        return torch.nn.functional.cross_entropy(outputs["logits"], inputs["labels"], reduction="none")
+
+
+def resume_trainer(out, data, trained, save_at=()):
+    args = TrainingArguments(
+        output_dir=out,
+        per_device_train_batch_size=8,
+        num_train_epochs=4,
+        learning_rate=1e-2,
+        lr_scheduler_type="linear",
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        seed=0,
+    )
+    trainer = Trainer(model=TinyTextClassifier(), args=args, train_dataset=data, callbacks=[SaveAt(save_at)])
+    return enable_epoch_sifting(trainer, {"seed": 0, "kept_share": 0.5, "anneal_fraction": 0.25}, trained)
+
+
+def run_resume(out):
+    """An uninterrupted run saving at the end of Trainer epoch 2 (step 12 of 24) and mid-epoch
+    (step 9); runs resumed from each."""
+    data = Toy(n=64)
+    full = TrainedIds(data)
+    trainer = resume_trainer(out, data, full, save_at=(9, 12))
+    trainer.train()
+    weights = [p.detach().clone() for p in trainer.model.parameters()]
+    resumed = TrainedIds(data)
+    again = resume_trainer(out, data, resumed)
+    again.train(resume_from_checkpoint=f"{out}/checkpoint-12")
+    m = again.epoch_sifting_dataloader.metrics()
+    result = {
+        "per_epoch": len(trainer.epoch_sifting_stream),
+        "full_steps": full.steps,
+        "resumed_steps": resumed.steps,
+        "global_step": again.state.global_step,
+        "saved": sorted(f for f in os.listdir(f"{out}/checkpoint-12") if f.startswith("epoch_sifting")),
+        "same_weights": all(torch.allclose(a, b) for a, b in zip(weights, again.model.parameters())),
+        "kinds": [e["kind"] for e in m["epochs"]],
+        "unpaired": m["unpaired_batches"],
+    }
+    try:
+        resume_trainer(out, data, TrainedIds(data)).train(resume_from_checkpoint=f"{out}/checkpoint-9")
+        result["mid_epoch"] = None
+    except ValueError as e:
+        result["mid_epoch"] = str(e)
+    return result
 
 
 def main():
@@ -86,8 +207,13 @@ def main():
     gpt = GPT2LMHeadModel(GPT2Config(vocab_size=100, n_positions=32, n_embd=32, n_layer=2, n_head=2))
     out = {}
     with tempfile.TemporaryDirectory() as d:
-        out["classification"] = run(bert, Toy(), d)
-        out["causal_lm"] = run(gpt, Toy(lm=True), d, accumulate=2)
+        if sys.argv[1:] == ["xla"]:
+            out["xla"] = run_xla(d)
+        elif sys.argv[1:] == ["resume"]:
+            out["resume"] = run_resume(d)
+        else:
+            out["classification"] = run(bert, Toy(), d)
+            out["causal_lm"] = run(gpt, Toy(lm=True), d, accumulate=2)
     print(json.dumps(out))
 
 

@@ -9,11 +9,12 @@ import pathlib
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 from neuron_sift import EpochSiftingDataloader
 from neuron_sift.epoch.checkpoint import PARTS, STATE_VERSION
-from tests.neuron_sift.epoch.helpers import IdDataset, Prefetcher, ids_of, oracle_loss
+from tests.neuron_sift.epoch.helpers import IdDataset, Prefetcher, ids_of, oracle, oracle_loss
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 EPOCH_DIR = pathlib.Path(__file__).resolve().parents[3] / "neuron_sift" / "epoch"
@@ -59,7 +60,7 @@ def test_a_version_1_state_resumes_exactly():
     b.load_state_dict(state)
     assert b.resuming and b.epoch == state["epochs_started"]
     assert len(b) == len(b.progress.batches) - state["position"]
-    assert b.counts == state["counts"]
+    assert b.counts == {**state["counts"], "batches_skipped": 0}  # version 1 had no skip_batch()
     assert torch.equal(b.guard.streak, state["streak"])
     rest = train_to_the_end(b, meta["num_epochs"])
     assert rest == meta["rest"]
@@ -86,37 +87,57 @@ def test_a_converted_version_1_state_is_saved_in_the_current_layout():
 
 
 def test_the_state_is_the_parts_states_under_their_names():
+    """Each part's state under its name, holding what the run did: a checkpoint taken one
+    batch into the second sifted epoch (noise guard on) names its position, plan, scores,
+    streaks, counts and record."""
     ds = IdDataset(60)
     a = EpochSiftingDataloader({"seed": 2, "noise_guard_epochs": 1}, DataLoader(ds, batch_size=8), num_epochs=4)
+    trained, batches = [], 0
     for _ in range(2):
         for x, _y in a:
             a.weighted_loss(oracle_loss(x))
-    state = a.state_dict()
+            trained += ids_of(x)
+            batches += 1
+    it = iter(a)
+    x, _y = next(it)
+    a.weighted_loss(oracle_loss(x))
+    current = ids_of(x)
+    state = roundtrip(a.state_dict())  # plain values and CPU tensors only
     assert set(state) == {"version", "kind", "in_progress", *PARTS}
-    assert state["in_progress"] == state["progress"]["in_progress"]
-    parts = {
-        "planner": a.planner,
-        "progress": a.progress,
-        "tables": a.tables,
-        "shares": a.shares,
-        "guard": a.guard,
-        "pairing": a.pairing,
-        "history": a.epoch_log,
-    }
-    assert set(parts) == set(PARTS)
-    for name, part in parts.items():
-        mine = part.state_dict()
-        assert set(state[name]) == set(mine), name
+    assert state["in_progress"] is True and state["progress"]["in_progress"] is True
+    assert (state["planner"]["seed"], state["planner"]["n"], state["planner"]["batch_size"]) == (2, 60, 8)
+    progress, plan = state["progress"], state["progress"]["plan"]
+    assert (progress["epochs_started"], progress["position"], plan["epoch"], plan["kind"]) == (3, 1, 2, "sift")
+    assert plan["order"][: len(current)].tolist() == current
+    scored = torch.tensor(sorted(set(trained + current)))
+    assert torch.allclose(state["tables"]["scores"][scored], oracle(scored))
+    assert state["tables"]["scores"].isnan().sum() == 60 - len(scored) and state["tables"]["nonfinite"] == 0
+    flagged = state["guard"]["streak"] >= 1  # noise_guard_epochs=1: these are left out of the plan
+    assert int(flagged.sum()) == plan["excluded"] > 0 and not set(flagged.nonzero().flatten().tolist()) & set(
+        plan["order"].tolist()
+    )
+    in_plan = torch.zeros(60, dtype=torch.bool)
+    in_plan[plan["order"]] = True
+    assert torch.equal(state["shares"]["mine"], in_plan) and not state["shares"]["carried"].any()
+    assert state["pairing"]["losses_recorded"] == len(trained) + len(current)
+    assert state["pairing"]["batches_recorded"] == state["pairing"]["batches_yielded"] == batches + 1
+    assert [h["kind"] for h in state["history"]["epochs"]] == ["warmup", "sift", "sift"]
+    assert state["history"]["epochs"][-1]["kept"] == len(plan["order"]) and state["history"]["epochs"][0]["kept"] == 60
     assert set(state["planner"]) == {"seed", "n", "batch_size", "world_size", "rank", "policy", "kept_share"}
-    assert set(state["pairing"]) == {"losses_recorded", "batches_recorded", "batches_yielded", "dropped_batches"}
-    roundtrip(state)  # plain values and CPU tensors only
+    assert set(state["pairing"]) == {
+        "losses_recorded",
+        "batches_recorded",
+        "batches_skipped",
+        "batches_yielded",
+        "dropped_batches",
+    }
 
 
 def test_unpaired_batches_are_counted_across_a_resume():
     ds = IdDataset(64)
     a = EpochSiftingDataloader({"seed": 1}, DataLoader(ds, batch_size=16), num_epochs=3)
     for i, (x, _y) in enumerate(a):
-        if i != 1:
+        if i != 3:  # the epoch's last batch gets no loss (an earlier one would raise at the next yield)
             a.weighted_loss(oracle_loss(x))
     it = iter(a)  # the next epoch: the batch without its loss is counted as dropped
     x, y = next(it)
@@ -151,27 +172,54 @@ def test_incomplete_states_are_refused_before_anything_changes():
         a.load_state_dict({**a.state_dict(), "kind": "SiftingDataloader"})
 
 
+def new_model():
+    model = torch.nn.Linear(2, 3)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        model.weight.copy_(0.1 * torch.randn(3, 2, generator=g))
+        model.bias.zero_()
+    return model, torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.5)
+
+
+def train_model(loader, model, opt, epochs, stop=None, wrap=None):
+    """A linear classifier trained on each batch; (ids, the value weighted_loss returned) per step."""
+    log = []
+    while loader.epoch < epochs or loader.resuming:
+        for x, y in wrap(loader) if wrap else loader:
+            out = loader.weighted_loss(F.cross_entropy(model(x / 70), y, reduction="none"))
+            opt.zero_grad()
+            out.backward()
+            opt.step()
+            log.append((ids_of(x), out.detach()))
+            if stop is not None and len(log) == stop:
+                return log
+    return log
+
+
 def test_a_resume_after_prefetched_batches_matches_across_the_new_layout():
     """The new layout's own round trip with batches pulled ahead (the version-1 fixture's
-    situation) replays the uninterrupted run."""
+    situation), with a model training between steps: the resumed run trains the same
+    batches with the same weighted losses to the same parameters."""
     cfg = {"seed": 9, "kept_share": 0.5, "noise_guard_epochs": 1}
 
     def new():
         return EpochSiftingDataloader(cfg, DataLoader(IdDataset(70), batch_size=6, shuffle=True), num_epochs=4)
 
-    full = train_to_the_end(new(), 4)
-    a = new()
-    first = []
-    for _ in range(2):  # a full epoch of 12 batches, then 1 of the sifted epoch's 6
-        for x, _y in Prefetcher(a, depth=2):
-            first.append(ids_of(x))
-            a.weighted_loss(oracle_loss(x))
-            if len(first) == 13:
-                break
+    full_model, full_opt = new_model()
+    full = train_model(new(), full_model, full_opt, 4)
+    a, (model, opt) = new(), new_model()
+    # a full epoch of 12 batches, then 1 of the sifted epoch's 6, pulled 2 ahead
+    first = train_model(a, model, opt, 4, stop=13, wrap=lambda loader: Prefetcher(loader, depth=2))
     assert a.state_dict()["progress"]["position"] == 1
-    b = new()
-    b.load_state_dict(roundtrip(a.state_dict()))
-    assert first + train_to_the_end(b, 4) == full
+    state = roundtrip({"loader": a.state_dict(), "model": model.state_dict(), "opt": opt.state_dict()})
+    b, (model, opt) = new(), new_model()
+    b.load_state_dict(state["loader"])
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["opt"])
+    log = first + train_model(b, model, opt, 4)
+    assert [ids for ids, _ in log] == [ids for ids, _ in full]
+    assert all(torch.equal(out, ref) for (_, out), (_, ref) in zip(log, full))
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), full_model.parameters()))
 
 
 def test_no_device_type_tests_in_the_epoch_package():

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 try:  # without torch-xla these tests are deselected by scripts/test.sh, skipped by tests/conftest.py
@@ -100,25 +101,67 @@ def test_tables_live_on_the_device_and_scores_are_paired():
     assert torch.allclose(scores[ids], oracle(ids))
 
 
+def on_cpu(state):
+    """A model's or optimizer's state with its tensors on the CPU (to save it)."""
+    if isinstance(state, torch.Tensor):
+        return state.cpu()
+    if isinstance(state, dict):
+        return {k: on_cpu(v) for k, v in state.items()}
+    if isinstance(state, list):
+        return [on_cpu(v) for v in state]
+    return state
+
+
+def xla_model():
+    g = torch.Generator().manual_seed(0)
+    model = torch.nn.Linear(2, 3)
+    with torch.no_grad():
+        model.weight.copy_(0.1 * torch.randn(3, 2, generator=g))
+        model.bias.zero_()
+    model = model.to(torch_xla.device())
+    return model, torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.5)
+
+
+def train_model(loader, model, opt, epochs, stop=None):
+    """A linear classifier trained on the device; (ids, the value weighted_loss returned) per step."""
+    device = torch_xla.device()
+    log = []
+    while loader.epoch < epochs or loader.resuming:
+        for x, y in loader:
+            ids = ids_of(x)
+            out = loader.weighted_loss(F.cross_entropy(model(x.to(device) / 150), y.to(device), reduction="none"))
+            opt.zero_grad()
+            out.backward()
+            opt.step()
+            torch_xla.sync()
+            log.append((ids, out.detach().cpu()))
+            if stop is not None and len(log) == stop:
+                return log
+    return log
+
+
 def test_exact_resume_on_xla():
+    """A model training on the device, stopped in the first sifted epoch and resumed with
+    its optimizer into fresh objects: the same batches, weighted losses and parameters."""
     cfg = {"seed": 3, "kept_share": 0.5}
-    full = train(xla_loader(cfg), 4)
-    a = xla_loader(cfg)
-    first = train(a, 4, stop=15)
+    full_model, full_opt = xla_model()
+    full = train_model(xla_loader(cfg), full_model, full_opt, 4)
+    a, (model, opt) = xla_loader(cfg), xla_model()
+    first = train_model(a, model, opt, 4, stop=12)  # 10 batches of the warm-up, 2 of the sifted epoch
+    assert a.plan.kind == "sift" and a.state_dict()["in_progress"]
     buf = io.BytesIO()
-    torch.save(a.state_dict(), buf)
+    torch.save({"loader": a.state_dict(), "model": on_cpu(model.state_dict()), "opt": on_cpu(opt.state_dict())}, buf)
     buf.seek(0)
     state = torch.load(buf, weights_only=True)
-    b = xla_loader(cfg)
-    b.load_state_dict(state)
-    device = torch_xla.device()
-    rest = []
-    for x, _y in b:
-        rest.append(ids_of(x))
-        b.weighted_loss(oracle_loss(x).to(device))
-        torch_xla.sync()
-    more = train(b, 4 - b.epoch)
-    assert first + rest + more == full
+    b, (model, opt) = xla_loader(cfg), xla_model()
+    b.load_state_dict(state["loader"])
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["opt"])
+    log = first + train_model(b, model, opt, 4)
+    assert b.tables._dev_scores.device.type == "xla"
+    assert [ids for ids, _ in log] == [ids for ids, _ in full]
+    assert all(torch.equal(out, ref) for (_, out), (_, ref) in zip(log, full))
+    assert all(torch.equal(p.cpu(), q.cpu()) for p, q in zip(model.parameters(), full_model.parameters()))
 
 
 def test_the_backend_keyword():

@@ -6,18 +6,22 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils.data import DataLoader, SubsetRandomSampler
 
-from neuron_sift import EpochSiftConfig
+from neuron_sift import EpochSiftConfig, EpochSiftingDataloader
 from neuron_sift.epoch.planner import EpochPlanner, systematic_sample
+from tests.neuron_sift.epoch.helpers import IdDataset, oracle_loss
 
 
-def planner(n=1000, batch=32, drop_last=False, epochs=8, world=1, rank=0, seed=5, **cfg):
-    return EpochPlanner(EpochSiftConfig(**cfg), n, batch, drop_last, seed, epochs, world, rank)
+def planner(n=1000, batch=32, drop_last=False, epochs=8, world=1, rank=0, seed=5, support=None, ordered=False, **cfg):
+    return EpochPlanner(EpochSiftConfig(**cfg), n, batch, drop_last, seed, epochs, world, rank, support, ordered)
 
 
 def skewed_scores(n, seed=0, unscored=0):
     g = torch.Generator().manual_seed(seed)
-    s = torch.distributions.Exponential(1.0).sample((n,)) if False else -torch.log(torch.rand(n, generator=g))
+    s = -torch.log(torch.rand(n, generator=g))  # exponential draws, then squared: a skewed tail
     s = s**2
     if unscored:
         s[torch.randperm(n, generator=g)[:unscored]] = float("nan")
@@ -27,8 +31,8 @@ def skewed_scores(n, seed=0, unscored=0):
 def test_epoch_kinds_warmup_sift_anneal():
     p = planner(epochs=16, warmup_epochs=2, anneal_fraction=0.125)
     assert [p.kind(e) for e in range(17)] == ["warmup"] * 2 + ["sift"] * 12 + ["anneal"] * 3
-    p = planner(epochs=None, warmup_epochs=0)
-    assert p.kind(0) == "sift" and p.kind(100) == "sift"
+    p = planner(epochs=None, warmup_epochs=0)  # epoch 0 has no scores: a warm-up all the same
+    assert p.kind(0) == "warmup" and p.kind(1) == "sift" and p.kind(100) == "sift"
 
 
 def test_full_epochs_train_everything_once_with_unit_weights():
@@ -139,6 +143,77 @@ def test_noise_guard_excludes_flagged_scored_samples():
     assert not set(range(100)) & set(plan.order.tolist())
 
 
+# -- the support: the samples the user's sampler yields ------------------------------------
+
+
+SUPPORT = np.sort(np.random.default_rng(2).permutation(1000)[:600]).astype(np.int64)
+
+
+@pytest.mark.parametrize("world", [1, 3])
+@pytest.mark.parametrize("share", [None, 0.3])
+def test_plans_draw_only_from_the_support_and_count_from_its_size(world, share):
+    scores = skewed_scores(1000, unscored=20)
+    excluded = torch.zeros(1000, dtype=torch.bool)
+    excluded[::7] = True  # the guard's mask is by dataset id; only its support part applies
+    outside = np.setdiff1d(np.arange(1000), SUPPORT)
+    for rank in range(world):
+        p = planner(world=world, rank=rank, kept_share=share, noise_guard_epochs=2, support=SUPPORT)
+        assert p.m == 600 and p.expected_count(0) == 600 - 600 % world
+        for epoch in (0, 2, 7):  # warm-up, sifted, annealing
+            plan = p.plan(epoch, scores, excluded)
+            ids = plan.order.numpy()
+            assert np.isin(ids, SUPPORT).all() and len(set(ids.tolist())) == len(ids)
+            assert float(plan.inclusion[outside].sum()) == 0.0 and bool((plan.weights[outside] == 1).all())
+            if plan.kind == "sift":
+                assert plan.excluded == int(excluded[SUPPORT].sum() - (excluded & scores.isnan())[SUPPORT].sum())
+                if share is not None:
+                    assert plan.kept == p.budget_count() == ((round(share * 600)) // world) * world
+            else:
+                assert plan.kept == 600 - 600 % world
+            shard = np.concatenate(p.rank_batches_of(plan))
+            assert len(shard) == plan.kept // world
+
+
+def test_the_support_ranks_its_own_scores_only():
+    """Percentiles and the mean are of the support's scores: what samples outside it scored
+    (they never train) changes nothing."""
+    scores = skewed_scores(1000)
+    moved = scores.clone()
+    outside = torch.from_numpy(np.setdiff1d(np.arange(1000), SUPPORT))
+    moved[outside] = 1e6
+    for policy in ("percentile", "below_mean"):
+        a = planner(policy=policy, support=SUPPORT).plan(3, scores)
+        b = planner(policy=policy, support=SUPPORT).plan(3, moved)
+        assert torch.equal(a.order, b.order) and torch.equal(a.weights, b.weights)
+
+
+def test_a_support_of_every_sample_plans_exactly_as_no_support():
+    scores = skewed_scores(1000)
+    for epoch in (0, 3):
+        a = planner(kept_share=0.4).plan(epoch, scores)
+        b = planner(kept_share=0.4, support=np.arange(1000, dtype=np.int64)).plan(epoch, scores)
+        assert torch.equal(a.order, b.order) and torch.equal(a.weights, b.weights)
+        assert torch.equal(a.inclusion, b.inclusion)
+
+
+def test_ordered_plans_keep_dataset_order_on_every_rank():
+    scores = skewed_scores(1000)
+    for rank in range(2):
+        p = planner(world=2, rank=rank, kept_share=0.5, support=SUPPORT, ordered=True)
+        for epoch in (0, 2):
+            plan = p.plan(epoch, scores)
+            assert np.all(np.diff(plan.order.numpy()) > 0)
+            mine = np.concatenate(p.rank_batches_of(plan))
+            assert np.all(np.diff(mine) > 0)
+    unordered = planner(kept_share=0.5, support=SUPPORT).plan(2, scores).order.numpy()
+    assert not np.all(np.diff(unordered) > 0)
+
+
+def test_a_support_smaller_than_the_ranks_is_refused():
+    with pytest.raises(ValueError, match="sampler yields 2 samples, fewer than the 3 ranks"):
+        planner(world=3, support=np.array([4, 9], dtype=np.int64))
+
+
 # -- unbiasedness --------------------------------------------------------------------------
 
 
@@ -186,3 +261,46 @@ def test_a_clipped_weight_is_biased_low():
     p = planner(n=n, batch=20, epochs=None, warmup_epochs=0, beta_value=4.0, min_keep_probability=0.01, max_weight=2.0)
     mean, se = simulate(p, scores, epochs)
     assert mean < truth - 4 * se
+
+
+# -- exact lengths (the real loader) ---------------------------------------------------------
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(
+    n=st.integers(2, 60),
+    batch=st.integers(1, 9),
+    drop_last=st.booleans(),
+    warmup=st.integers(0, 2),
+    share=st.one_of(st.none(), st.floats(0.05, 1.0)),
+    anneal=st.sampled_from([0.0, 0.2, 0.5]),
+    epochs=st.integers(1, 5),
+    subset_seed=st.one_of(st.none(), st.integers(0, 2**16)),
+)
+def test_lengths_and_planned_steps_are_exact_where_documented(
+    n, batch, drop_last, warmup, share, anneal, epochs, subset_seed
+):
+    """``planned_steps()`` before the run is the batches taken, and ``len()`` before each epoch
+    is that epoch's batches, for every warm-up (0 included: the first epoch has no scores and
+    trains on everything), budget, annealing, ``drop_last``, batch size and support; without a
+    budget the lengths of the full epochs are exact."""
+    ds = IdDataset(n)
+    sampler = None
+    if subset_seed is not None:
+        rng = np.random.default_rng(subset_seed)
+        sampler = SubsetRandomSampler(rng.permutation(n)[: rng.integers(1, n + 1)].tolist())
+    dl = DataLoader(ds, batch_size=batch, drop_last=drop_last, shuffle=sampler is None, sampler=sampler)
+    cfg = {"seed": 1, "warmup_epochs": warmup, "kept_share": share, "anneal_fraction": anneal}
+    loader = EpochSiftingDataloader(cfg, dl, num_epochs=epochs)
+    planned, taken = loader.planned_steps(), 0
+    for _ in range(epochs):
+        before, kind = len(loader), loader.planner.kind(loader.epoch)
+        got = 0
+        for x, _y in loader:
+            loader.weighted_loss(oracle_loss(x))
+            got += 1
+        if share is not None or kind != "sift":
+            assert before == got, (loader.plan.kind, before, got)
+        taken += got
+    if share is not None:
+        assert planned == taken
