@@ -12,6 +12,10 @@ ARM_COLORS = {
     "sift-probabilistic": "tab:blue",
     "sift-fixed": "tab:orange",
     "infobatch": "tab:green",
+    "epoch": "tab:red",
+    "dynamic-random": "tab:purple",
+    "seta": "tab:olive",
+    "seta-aggressive": "tab:cyan",
 }
 FRONTIER_COLORS = {"full@0.4": "#bbbbbb", "full@0.6": "#999999", "full@0.8": "#666666"}
 

@@ -34,10 +34,17 @@ target), ``iso_time_gain``, ``final_acc_delta`` (points), ``final_acc`` (%),
 ``target_acc`` (%): ``M`` the median over seeds, ``M_min`` and ``M_max``; ``null`` where
 undefined (no seed reached the target). ``iso_time_clamped``: seeds whose iso-time value
 was clamped. ``mislabeled_share`` (and its range) on ``mnist1d-noisy``.
+``final_acc_delta_mean`` and ``final_acc_delta_ci95`` (``[low, high]``, points): the mean
+of the per-seed paired differences ``final_acc_delta`` and its 95% Student t interval
+over seeds (``confidence.mean_ci95``); the interval is ``null`` with one seed. An interval
+wholly below 0 says the arm ends below ``full`` beyond the seeds' noise; one that holds 0
+says the seeds cannot tell them apart (not that they are equal).
 """
 
 import statistics
 from collections.abc import Sequence
+
+from confidence import mean_ci95
 
 EPS = 1e-12
 
@@ -191,6 +198,9 @@ def summarize(records: list[dict], clock: str | None = None) -> list[dict]:
         row["iso_time_clamped"] = sum(x["iso_time_clamped"] is not None for x in p)
         _metric(row, "final_acc", [100.0 * x["final_test_acc"] for x in res], 3)
         _metric(row, "final_acc_delta", [x["final_acc_delta"] for x in p], 3)
+        mean, ci = mean_ci95([x["final_acc_delta"] for x in p])
+        row["final_acc_delta_mean"] = None if mean is None else round(mean, 3)
+        row["final_acc_delta_ci95"] = None if ci is None else [round(ci[0], 3), round(ci[1], 3)]
         _metric(row, "time_to_target_s", [x["time_to_target_s"] for x in res], 3)
         _metric(row, "total_wall_s", [x["wall_s"] for x in res], 3)
         _metric(row, "total_cpu_s", [x.get("cpu_s") for x in res], 3)
@@ -227,6 +237,8 @@ HEADLINE = [
     ("iso_time_gain", "iso-time gain (pts)", "+.2f"),
     ("final_acc", "final acc %", ".2f"),
     ("final_acc_delta", "acc vs full (pts)", "+.2f"),
+    ("final_acc_delta_mean", "acc vs full, mean", "+.2f"),
+    ("final_acc_delta_ci95", "95% CI (pts)", "+.2f"),
     ("total_time", "total time s", "s"),  # on the table's clock: total_wall_s or total_cpu_s
     ("bwd_samples", "bwd samples", ".0f"),
     ("kept_share", "kept share", ".3f"),
@@ -244,6 +256,11 @@ DETAIL = [
 def _cell(row: dict, key: str, spec: str | None) -> str:
     if key == "reached":
         return f"{row['reached']}/{row['seeds']}"
+    if key == "final_acc_delta_mean":
+        return "-" if row.get(key) is None else format(row[key], spec)
+    if key == "final_acc_delta_ci95":
+        ci = row.get(key)
+        return "-" if ci is None else f"[{format(ci[0], spec)}, {format(ci[1], spec)}]"
     if key == "iso_time_gain" and row.get("iso_time_clamped"):
         return fmt(row, key, spec) + f" (clamped {row['iso_time_clamped']})"
     return fmt(row, key, spec)

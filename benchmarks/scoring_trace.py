@@ -23,7 +23,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from neuron_sift.dataloader.scoring import TracedLoss, scoring_mode  # noqa: E402
+from neuron_sift import TracedLoss  # noqa: E402
+from neuron_sift.dataloader.scoring import scoring_mode  # noqa: E402
 from tasks import CNN1D  # noqa: E402  (benchmarks/ is not a package)
 
 

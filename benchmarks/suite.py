@@ -10,7 +10,10 @@ Every task trains the same model several ways ("arms", ``arms.py``), same seeds:
 * ``uniform``: a uniform random subset of each source batch, the sifting arms' kept share;
 * ``sift-probabilistic``, ``sift-fixed``: ``SiftingDataloader`` (the smart_sifting mode);
 * ``infobatch``: a reimplementation of InfoBatch's published rule (``infobatch.py``);
-* arms registered by any ``benchmarks/*_arms.py`` file.
+* arms registered by any ``benchmarks/*_arms.py`` file: ``epoch`` (the library's
+  ``EpochSiftingDataloader``, ``epoch_arms.py``), ``dynamic-random`` (a new uniform random
+  subset every epoch at ``epoch``'s cost, ``dynamic_random_arms.py``) and ``seta`` (SeTa's
+  rule, ``seta_arms.py``) are default arms.
 
 Fairness (``runner.py``, ``fairness.py``, ``clock.py``): per seed the same initial weights,
 the same data order, the same optimizer, a cosine schedule decayed to each arm's own end,
@@ -19,9 +22,12 @@ the clock paused during evaluation. Numbers (``report.py``), per arm, paired by 
 ``speedup_vs_frontier`` (time to the target: the first evaluation from which every later
 one stays at or above ``full``'s final accuracy minus ``--target-drop`` points),
 ``iso_time_gain`` (the arm's final accuracy minus the frontier's at the arm's wall-clock),
-``final_acc_delta``, and how many seeds reached the target. Tasks (``tasks.py``):
-``mnist1d`` (default), ``mnist1d-noisy``, ``mnist1d-redundant``, ``bert``, ``digits``; all
-generated or bundled locally.
+``final_acc_delta``, and how many seeds reached the target; beside them the mean of
+``final_acc_delta`` over seeds and its 95% Student t interval (``confidence.py``), which
+needs at least 3 seeds to be usable (the default, ``DEFAULT_SEEDS``; 5 for a headline
+run). Tasks (``tasks.py``): ``mnist1d`` (default), ``mnist1d-noisy``,
+``mnist1d-redundant``, ``bert``, ``digits`` (``--task all``), and ``mnist1d-long`` (by
+name only); all generated or bundled locally.
 
 Output in ``--out`` (default ``benchmarks/results/``): the headline table first, then a
 detail table; ``runs.jsonl`` (appended: one JSON line per run: versions, backend, device,
@@ -50,9 +56,23 @@ from plot import plot  # noqa: E402
 from records import read_records, write_summary  # noqa: E402
 from report import DETAIL, format_tables, summarize  # noqa: E402
 from runner import run_task  # noqa: E402
-from tasks import DATA_SEED, TASK_ORDER, TASKS, TINY, TaskConfig, make_data, model_description  # noqa: E402
+from tasks import (  # noqa: E402
+    BY_NAME_ONLY,
+    DATA_SEED,
+    TASK_ORDER,
+    TASKS,
+    TINY,
+    TaskConfig,
+    make_data,
+    model_description,
+)
 
 DEFAULT_RESULTS = Path(__file__).resolve().parent / "results"
+# Seeds of the default run: the fewest for which the paired interval of final_acc_delta is
+# usable (t_{0.975, df}: 12.71 at 2 seeds, 4.30 at 3, 2.78 at 5); 5 would more than double
+# the main job's length on an idle 2-core machine (docs/benchmarks.md, "Seeds"), so the
+# headline run asks for 5 explicitly.
+DEFAULT_SEEDS = "0,1,2"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -61,7 +81,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="suite.py",
         description="Fair benchmark of data selection: train the same model with every arm (the full-data frontier "
-        "full@0.4/0.6/0.8/full, uniform, sift-probabilistic, sift-fixed, infobatch, and any registered arm) with the "
+        "full@0.4/0.6/0.8/full, uniform, sift-probabilistic, sift-fixed, infobatch, epoch, dynamic-random, seta, "
+        "and any registered arm) with the "
         "same seeds, initial weights and data order and a cosine schedule decayed to each arm's own end; report each "
         "arm's speedup to the target accuracy against full and against the frontier, its iso-time accuracy gain "
         "over the frontier and its final accuracy against full. Writes runs.jsonl, summary.jsonl and a PNG.",
@@ -69,10 +90,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--task",
         default="mnist1d",
-        help=f"one of {', '.join(TASK_ORDER)}, a comma-separated list, or 'all' (default mnist1d)",
+        help=f"one of {', '.join(TASK_ORDER + BY_NAME_ONLY)}, a comma-separated list, or 'all' "
+        f"(the first {len(TASK_ORDER)}; {', '.join(BY_NAME_ONLY)} by name only) (default mnist1d)",
     )
     p.add_argument(
-        "--seeds", default="0,1,2", help="comma-separated run seeds: weights, data order, draws (default 0,1,2)"
+        "--seeds",
+        default=DEFAULT_SEEDS,
+        help="comma-separated run seeds: weights, data order, draws; the mean and 95%% interval of the "
+        f"paired accuracy difference need two or more (default {DEFAULT_SEEDS})",
     )
     p.add_argument(
         "--arms",
@@ -146,7 +171,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     tasks = list(TASK_ORDER) if args.task == "all" else [t.strip() for t in args.task.split(",") if t.strip()]
     bad = [t for t in tasks if t not in TASKS]
     if bad or not tasks:
-        p.error(f"--task: unknown task(s) {bad}; choose from {', '.join(TASK_ORDER)} or all")
+        p.error(f"--task: unknown task(s) {bad}; choose from {', '.join(TASK_ORDER + BY_NAME_ONLY)} or all")
     args.tasks = tasks
     arms = list(dict.fromkeys(a.strip() for a in args.arms.split(",") if a.strip()))
     bad = []
@@ -204,7 +229,8 @@ def report(records: list[dict], args: argparse.Namespace, summary_path: Path, pl
         "(full's final accuracy - drop) and stayed at or above it at every later evaluation; speedups: full's "
         "(or the fastest frontier run's) time to the target / the arm's, over those seeds; iso-time gain: final "
         "accuracy minus the frontier's (full@x end points, linear) at the arm's total time; "
-        "acc vs full: final accuracy minus full's, points. Median [min, max] over seeds.\n"
+        "acc vs full: final accuracy minus full's, points. Median [min, max] over seeds; "
+        "acc vs full, mean and 95% CI: the mean of the per-seed differences and its Student t interval.\n"
         f"summary: {summary_path}\nplot: {plot_path}"
     )
 

@@ -1,5 +1,6 @@
 """The suite's arithmetic (benchmarks/report.py) on hand-made curves with known answers."""
 
+import math
 import sys
 from pathlib import Path
 
@@ -141,3 +142,78 @@ def statistics_median(v):
     import statistics
 
     return statistics.median(v)
+
+
+def test_student_t_quantiles_match_the_tables():
+    import confidence
+
+    table = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 9: 2.262, 10: 2.228, 29: 2.045, 30: 2.042, 120: 1.980}
+    for df, t in table.items():
+        assert confidence.t_quantile(0.95, df) == pytest.approx(t, abs=5e-4), df
+    assert confidence.t_quantile(0.95, 10_000) == pytest.approx(1.9602, abs=1e-4)  # near the normal's 1.96
+    assert confidence.t_quantile(0.90, 1) == pytest.approx(6.314, abs=5e-4)
+    # the closed forms of df = 1 (Cauchy) and df = 2
+    for t in (0.3, 1.0, 7.5):
+        assert confidence.t_two_sided_mass(t, 1) == pytest.approx(2 / math.pi * math.atan(t))
+        assert confidence.t_two_sided_mass(t, 2) == pytest.approx(t / math.sqrt(2 + t * t))
+    assert confidence.t_two_sided_mass(0.0, 7) == 0.0 and confidence.t_two_sided_mass(-2.0, 7) > 0.9
+    with pytest.raises(ValueError):
+        confidence.t_quantile(0.95, 0)
+    with pytest.raises(ValueError):
+        confidence.t_quantile(1.0, 3)
+
+
+def test_mean_and_95_interval_of_paired_differences_by_hand():
+    import confidence
+
+    mean, ci = confidence.mean_ci95([1.0, 2.0, 3.0])  # sd 1, t_{0.975, 2} = 4.303
+    assert mean == 2.0
+    assert ci == [
+        pytest.approx(2 - 4.3027 / math.sqrt(3), abs=1e-3),
+        pytest.approx(2 + 4.3027 / math.sqrt(3), abs=1e-3),
+    ]
+    mean, ci = confidence.mean_ci95([-0.5, 0.5, None, 0.1, -0.1])  # None: a seed without the value
+    assert mean == pytest.approx(0.0) and ci[0] == pytest.approx(-ci[1])
+    sd = math.sqrt((0.25 + 0.25 + 0.01 + 0.01) / 3)
+    assert ci[1] == pytest.approx(3.1824 * sd / 2, abs=1e-3)
+    assert confidence.mean_ci95([0.7]) == (0.7, None)  # one seed: no interval
+    assert confidence.mean_ci95([]) == (None, None)
+    assert confidence.mean_ci95([0.0, 0.0]) == (0.0, [0.0, 0.0])
+
+
+def _three_seeds():
+    """Three seeds of full and one arm whose final accuracy is full's +1, +2, +3 points."""
+    records = []
+    for seed, delta in enumerate((0.01, 0.02, 0.03)):
+        results = {"full": run([(0, 0.1), (10, 0.90)]), "arm": run([(0, 0.1), (5, 0.90 + delta)])}
+        for r in results.values():
+            r.update(backward_samples=100, forward_samples=100, kept_share=1.0)
+        report.annotate_seed(results, 0.5)
+        records += [_record(a, seed, r) for a, r in results.items()]
+    return records
+
+
+def test_summary_has_the_paired_mean_and_interval_in_the_file_and_the_table(tmp_path):
+    import json
+
+    import records as records_module
+
+    records = _three_seeds()
+    rows = {r["arm"]: r for r in report.summarize(records)}
+    arm, full = rows["arm"], rows["full"]
+    assert arm["final_acc_delta_mean"] == pytest.approx(2.0)
+    half = 4.3027 / math.sqrt(3)
+    assert arm["final_acc_delta_ci95"] == [pytest.approx(2 - half, abs=2e-3), pytest.approx(2 + half, abs=2e-3)]
+    assert full["final_acc_delta_mean"] == 0.0 and full["final_acc_delta_ci95"] == [0.0, 0.0]
+    path = tmp_path / "summary.jsonl"
+    records_module.write_summary(list(rows.values()), path)
+    written = [json.loads(line) for line in path.read_text().splitlines()]
+    assert written[1]["arm"] == "arm" and written[1]["final_acc_delta_ci95"] == arm["final_acc_delta_ci95"]
+    table = report.format_tables(list(rows.values()))
+    assert "acc vs full, mean" in table and "95% CI (pts)" in table
+    assert f"[{2 - half:+.2f}, {2 + half:+.2f}]" in table and "+2.00" in table
+    one = {r["arm"]: r for r in report.summarize(records[:2])}["arm"]  # one seed
+    assert one["final_acc_delta_mean"] == pytest.approx(1.0) and one["final_acc_delta_ci95"] is None
+    lines = [line for line in report.format_tables([one], markdown=True).splitlines() if line.startswith("|")]
+    header, row = [c.strip() for c in lines[0].split("|")], [c.strip() for c in lines[-1].split("|")]
+    assert row[header.index("95% CI (pts)")] == "-" and row[header.index("acc vs full, mean")] == "+1.00"

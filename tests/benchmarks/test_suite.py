@@ -383,6 +383,8 @@ def test_tiny_suite_runs_every_arm_and_writes_records_summary_and_plot(tmp_path)
             else:
                 assert r["reached"] == 0 and key.startswith("speedup")
         assert r["commit"] == records[0]["versions"]["commit"]
+        low, high = r["final_acc_delta_ci95"]  # two seeds: an interval around the paired mean
+        assert low <= r["final_acc_delta_mean"] <= high
     full = next(r for r in rows if r["arm"] == "full")
     assert full["reached"] == 2 and full["speedup_vs_full"] == 1.0 and full["final_acc_delta"] == 0.0
     # --summarize reprints the tables (and rewrites the summary) from the records
