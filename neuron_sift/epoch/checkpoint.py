@@ -11,7 +11,7 @@ Version 2 (current)::
      "in_progress": bool,          # a copy of progress["in_progress"], for tools and scripts
      "planner":  {"seed", "n", "batch_size", "world_size", "rank", "policy", "kept_share",
                   and "support_size", "support_crc32" when the user's sampler covers part of
-                  the dataset or asks for dataset order (absent: every sample, random order)},
+                  the dataset (absent: every sample)},
      "progress": {"epochs_started", "in_progress", "position",
                   "plan": None or {"epoch", "kind", "order", "weights", "inclusion", "excluded"}},
      "tables":   {"scores", "nonfinite"},

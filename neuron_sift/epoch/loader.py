@@ -210,14 +210,9 @@ class EpochSiftingDataloader:
                 not an int >= 1.
         """
         progress = self.progress
-        left = progress.left_in_current()
-        if epochs is not None and left == 0 and progress.is_open():
-            # an open epoch with nothing left (a resume after its last batch): the loop's next
-            # iteration is its empty rest, which counts as the first of ``epochs``
-            if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-                raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
-            return 0 if epochs == 1 else self.planner.planned_steps(progress.epochs_started, 0, epochs - 1)
-        return self.planner.planned_steps(progress.epochs_started, left, epochs)
+        return self.planner.planned_steps(
+            progress.epochs_started, progress.left_in_current(), epochs, open_epoch=progress.is_open()
+        )
 
     # -- iteration -----------------------------------------------------------------------
 

@@ -125,6 +125,8 @@ class EpochPlanner:
         self.support = support
         self.m = m  # samples a plan draws from: every count is of these
         self.ordered = ordered
+        # the checkpoint's fingerprint of the support (None: all samples), computed once
+        self.support_crc32 = None if support is None else zlib.crc32(support.astype("<i8").tobytes())
         self.batch_size = batch_size
         self.drop_last = drop_last
         self.seed = seed
@@ -202,11 +204,16 @@ class EpochPlanner:
         budgeted epochs, the expected count otherwise)."""
         return self.rank_batches(self.expected_count(epoch))
 
-    def planned_steps(self, next_epoch: int, left_in_current: int = 0, epochs: int | None = None) -> int:
+    def planned_steps(
+        self, next_epoch: int, left_in_current: int = 0, epochs: int | None = None, open_epoch: bool | None = None
+    ) -> int:
         """Batches this rank trains from now on: ``left_in_current`` of an epoch in progress
-        (0: none) plus epochs ``next_epoch, ...`` up to ``num_epochs``, or ``epochs`` epochs
-        in all (the one in progress counted first). See ``EpochSiftingDataloader.planned_steps``."""
-        current = left_in_current > 0
+        plus epochs ``next_epoch, ...`` up to ``num_epochs``, or ``epochs`` epochs in all (the
+        one in progress counted first). ``open_epoch``: whether an epoch is in progress (None:
+        when ``left_in_current > 0``); an open epoch with nothing left (resumed after its last
+        batch) is the loop's next, empty iteration, and counts as one of ``epochs``. See
+        ``EpochSiftingDataloader.planned_steps``."""
+        current = left_in_current > 0 if open_epoch is None else open_epoch
         if epochs is None:
             if self.num_epochs is None:
                 raise ValueError("planned_steps() needs num_epochs (given to the loader) or epochs=")
@@ -245,7 +252,7 @@ class EpochPlanner:
         }
         if self.support is not None:
             settings["support_size"] = self.m
-            settings["support_crc32"] = zlib.crc32(self.support.astype("<i8").tobytes())
+            settings["support_crc32"] = self.support_crc32
         return settings
 
     def state_dict(self) -> dict[str, Any]:
@@ -259,7 +266,7 @@ class EpochPlanner:
             if key not in ("support_size", "support_crc32") and state[key] != mine:
                 raise ValueError(f"checkpoint has {key}={state[key]!r} but this loader has {mine!r}")
         theirs = (state.get("support_size", state["n"]), state.get("support_crc32"))
-        mine = (self.m, self.settings().get("support_crc32"))
+        mine = (self.m, self.support_crc32)
         if theirs != mine:
             raise ValueError(
                 f"checkpoint was taken with a sampler over {theirs[0]} samples "
