@@ -10,7 +10,7 @@ logged). One process, and fixed mode (every rank keeps the same count by constru
 emit whatever is ready and never drop.
 """
 
-from neuron_sift.distributed import RankGroup
+from neuron_sift.shared.ranks import RankGroup
 
 
 class EmissionAgreement:

@@ -7,7 +7,7 @@ data-parallel agreement in progress) and ``pending`` (kept samples not yet emitt
 plain data). Everything loads with ``torch.load(..., weights_only=True)``.
 
 Version 1 (neuron_sift 0.2.0) kept the same values in one flat dict; it is converted on
-load. A state of another version is refused with a message naming both versions.
+load. The envelope (``kind``, ``version``, the refusals) is ``neuron_sift.shared.checkpoints``.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -15,35 +15,36 @@ from typing import TYPE_CHECKING, Any
 from neuron_sift.data_model.saved_batch import SavedBatch, to_cpu
 from neuron_sift.dataloader.epoch_iterator import EpochProgress
 from neuron_sift.engine.state import SiftState
+from neuron_sift.shared.checkpoints import StateFormat
 
 if TYPE_CHECKING:
     from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
 
-STATE_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+PARTS = ("loader", "sift_state", "counts", "delay", "epoch", "agreement", "pending")
 
 
 def loader_state(sl: "SiftingDataloader") -> dict[str, Any]:
     """``SiftingDataloader.state_dict()`` of the loader ``sl`` (see there)."""
     sift_state = to_cpu(sl.sifter.state.tensors())
-    return {
-        "version": STATE_VERSION,
-        "loader": {
-            "selection_mode": sl.selection_mode,
-            "beta_value": sl.sift_config.beta_value,
-            "loss_history_length": sl.sift_config.loss_history_length,
-            "batch_size": sl.batch_size,
-            "rank": sl.ranks.rank,
-            "world_size": sl.ranks.world_size,
-        },
-        "sift_state": sift_state,
-        # Its non-finite count is the engine's (in sift_state), not restored from here.
-        "counts": sl.counts.as_dict(int(sift_state["num_nonfinite"])),
-        "delay": sl.delay.state_dict(),
-        "epoch": sl.progress.state_dict(),
-        "agreement": sl.agreement.state_dict(),
-        "pending": sl.pending.saved() if sl.pending is not None else None,
-    }
+    return FORMAT.write(
+        {
+            "loader": {
+                "selection_mode": sl.selection_mode,
+                "beta_value": sl.sift_config.beta_value,
+                "loss_history_length": sl.sift_config.loss_history_length,
+                "batch_size": sl.batch_size,
+                "rank": sl.ranks.rank,
+                "world_size": sl.ranks.world_size,
+            },
+            "sift_state": sift_state,
+            # Its non-finite count is the engine's (in sift_state), not restored from here.
+            "counts": sl.counts.as_dict(int(sift_state["num_nonfinite"])),
+            "delay": sl.delay.state_dict(),
+            "epoch": sl.progress.state_dict(),
+            "agreement": sl.agreement.state_dict(),
+            "pending": sl.pending.saved() if sl.pending is not None else None,
+        }
+    )
 
 
 def upgrade_v1(state: dict[str, Any]) -> dict[str, Any]:
@@ -67,6 +68,11 @@ def upgrade_v1(state: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+FORMAT = StateFormat(
+    "SiftingDataloader", 2, PARTS, upgrades={1: upgrade_v1}, legacy=lambda state: "sift_state" in state
+)
+
+
 def epoch_in_progress(state: dict[str, Any]) -> bool:
     """Whether the checkpoint ``state`` (of any readable version) was taken within an epoch."""
     if isinstance(state, dict) and state.get("version") == 1:
@@ -74,38 +80,9 @@ def epoch_in_progress(state: dict[str, Any]) -> bool:
     return bool(state["epoch"]["in_progress"])
 
 
-def state_kind(state: Any) -> str | None:
-    """Which loader's ``state_dict()`` ``state`` is, for a refusal that names it: an epoch
-    loader's state says so under ``kind``; this module's (no ``kind``) holds ``sift_state``;
-    an ``ExactLengthLoader``'s wraps one under ``loader`` beside ``steps_per_epoch``."""
-    if not isinstance(state, dict):
-        return None
-    kind = state.get("kind")
-    if isinstance(kind, str):
-        return kind
-    if "steps_per_epoch" in state and "loader" in state:
-        return "ExactLengthLoader"
-    if "sift_state" in state:
-        return "SiftingDataloader"
-    return None
-
-
 def restore_loader_state(sl: "SiftingDataloader", state: dict[str, Any]) -> None:
     """``SiftingDataloader.load_state_dict()`` into the loader ``sl`` (see there)."""
-    kind = state_kind(state)
-    if kind not in (None, "SiftingDataloader"):
-        raise ValueError(
-            f"not a SiftingDataloader state: it comes from {kind}.state_dict(); load it with "
-            f"{kind}.load_state_dict() (a SiftingDataloader reads only what SiftingDataloader.state_dict() returns)"
-        )
-    version = state.get("version") if isinstance(state, dict) else None
-    if version not in READABLE_VERSIONS:
-        raise ValueError(
-            f"not a SiftingDataloader state of a version this neuron_sift reads: version {version!r}; "
-            f"readable versions: {', '.join(map(str, READABLE_VERSIONS))} (current {STATE_VERSION})"
-        )
-    if version == 1:
-        state = upgrade_v1(state)
+    state = FORMAT.read(state)
     meta = state["loader"]
     if (meta.get("rank", 0), meta.get("world_size", 1)) != (sl.ranks.rank, sl.ranks.world_size):
         raise ValueError(

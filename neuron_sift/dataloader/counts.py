@@ -8,16 +8,11 @@ selection is never read back, fixed mode on XLA), so it is the only source, and
 ``SiftingCounts`` snapshots carry it in.
 """
 
-import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
-
-#: The logger of smart_sifting's documented lines; every part of the loader logs through it.
-LOADER_LOGGER = "neuron_sift.dataloader.sift_dataloader"
 
 
 @dataclass
@@ -119,38 +114,3 @@ class SiftingCounts:
 
 # The counts kept on the host, in the documented order (num_nonfinite_losses goes after the eighth).
 _HOST_COUNTS = tuple(f.name for f in fields(SiftingCounts) if not f.name.startswith("_"))
-
-
-class PhaseTimings:
-    """Host seconds and calls per phase of the loader, each also logged at INFO.
-
-    Phases: ``transform``, ``calculate_relevance_values`` (the user's scoring forward),
-    ``should_sift``, ``sift``, ``accumulate``, ``reverse_transform``. Host time: on XLA
-    the device runs asynchronously, so a phase that reads a result back also waits for the
-    device work it depends on.
-    """
-
-    SCORING = "calculate_relevance_values"
-
-    def __init__(self, logger: logging.Logger):
-        self.logger = logger
-        self.entries: dict[str, list[Any]] = {}  # name -> [seconds, calls]
-
-    def run(self, name: str, fn: Callable[..., T], *args: Any) -> T:
-        start = time.perf_counter()
-        out = fn(*args)
-        elapsed = time.perf_counter() - start
-        entry = self.entries.setdefault(name, [0.0, 0])
-        entry[0] += elapsed
-        entry[1] += 1
-        if self.logger.isEnabledFor(logging.INFO):
-            self.logger.info("func:%s latency: %.6f", name, elapsed)
-        return out
-
-    @property
-    def machinery_seconds(self) -> float:
-        """Host seconds in sifting's own phases (every phase but the user's scoring forward)."""
-        return sum(v[0] for k, v in self.entries.items() if k != self.SCORING)
-
-    def as_dict(self) -> dict[str, dict[str, float]]:
-        return {k: {"seconds": v[0], "calls": v[1]} for k, v in self.entries.items()}

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from neuron_sift.data_model.data_model_interface import SiftingBatch
-from neuron_sift.dataloader.counts import LOADER_LOGGER
 from neuron_sift.dataloader.scoring import check_losses, scoring_mode
 from neuron_sift.exceptions import UnsupportedDataFormatException, add_context
+from neuron_sift.shared.logs import LOADER_LOGGER
 
 if TYPE_CHECKING:
     from neuron_sift.dataloader.sift_dataloader import SiftingDataloader

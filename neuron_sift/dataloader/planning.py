@@ -9,7 +9,7 @@ on the loader's configuration and its carried-over state.
 
 from typing import Any
 
-from neuron_sift.dataloader.source_loader import sampler_info
+from neuron_sift.shared.sources import sampler_info
 from neuron_sift.sift_config.sift_configs import RelativeProbabilisticSiftConfig
 
 

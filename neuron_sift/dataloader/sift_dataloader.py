@@ -30,16 +30,18 @@ from neuron_sift.data_model.default_batch import DefaultBatchTransform, DefaultS
 from neuron_sift.data_model.saved_batch import SavedBatch
 from neuron_sift.dataloader.agreement import EmissionAgreement
 from neuron_sift.dataloader.checkpoint import loader_state, restore_loader_state
-from neuron_sift.dataloader.counts import LOADER_LOGGER, PhaseTimings, SiftingCounts
+from neuron_sift.dataloader.counts import SiftingCounts
 from neuron_sift.dataloader.delay import SiftDelay
 from neuron_sift.dataloader.epoch_iterator import EpochProgress, SiftingEpoch
 from neuron_sift.dataloader.notices import drop_notice, nonfinite_notice
 from neuron_sift.dataloader.planning import plan_epochs, source_batch_sizes
 from neuron_sift.dataloader.scoring import model_device
-from neuron_sift.dataloader.source_loader import first_batch_size, sampler_info, underlying_dataloader
-from neuron_sift.distributed import RankGroup
 from neuron_sift.engine.sifter import Sifter
 from neuron_sift.loss.abstract_sift_loss_module import resolve_loss_fn
+from neuron_sift.shared.counts import PhaseTimings
+from neuron_sift.shared.logs import LOADER_LOGGER
+from neuron_sift.shared.ranks import RankGroup
+from neuron_sift.shared.sources import first_batch_size, sampler_info, underlying_dataloader
 from neuron_sift.sift_config.sift_configs import coerce_sift_config
 
 logger = logging.getLogger(LOADER_LOGGER)

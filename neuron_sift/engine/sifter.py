@@ -6,11 +6,11 @@ import torch
 
 import neuron_sift.engine.step as step_module
 from neuron_sift.backends.base import Backend
-from neuron_sift.distributed import RankGroup
 from neuron_sift.engine.cpu_step import HostSiftState, HostStepOutput, sift_step_cpu
 from neuron_sift.engine.state import SiftState
 from neuron_sift.engine.step import StepConstants, StepOutput, flat_inputs, flat_step, from_flat, sift_step
 from neuron_sift.exceptions import SiftConfigValidationException
+from neuron_sift.shared.ranks import RankGroup
 from neuron_sift.sift_config.sift_configs import RelativeProbabilisticSiftConfig
 
 _MAX_SEED = 2**31 - 1

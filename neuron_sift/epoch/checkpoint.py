@@ -28,7 +28,7 @@ at 0, as version 1's own loader did on resume.
 
 from typing import Any
 
-from neuron_sift.dataloader.checkpoint import state_kind
+from neuron_sift.shared.checkpoints import StateFormat, require
 
 STATE_KIND = "EpochSiftingDataloader"
 STATE_VERSION = 2
@@ -56,39 +56,8 @@ _V1_KEYS = (
 )
 
 
-def current_layout(state: Any) -> dict[str, Any]:
-    """``state`` in the current layout, or a ``ValueError`` naming what it is instead."""
-    kind = state_kind(state)
-    if kind != STATE_KIND:
-        what = (
-            f"it comes from {kind}.state_dict(); load it with {kind}.load_state_dict()"
-            if kind is not None
-            else f"got a {type(state).__name__} that is no loader's state"
-        )
-        raise ValueError(
-            f"not an EpochSiftingDataloader state: {what} (an EpochSiftingDataloader reads its own states, "
-            f"version {STATE_VERSION}; version 1 is converted)"
-        )
-    version = state.get("version")
-    if version == 1:
-        return _from_version_1(state)
-    if version != STATE_VERSION:
-        raise ValueError(
-            f"EpochSiftingDataloader state version {version!r} is not supported: this neuron_sift reads "
-            f"version {STATE_VERSION} (and converts version 1)"
-        )
-    _require(state, PARTS, version)
-    return state
-
-
-def _require(state: dict[str, Any], keys: Any, version: Any) -> None:
-    missing = [k for k in keys if k not in state]
-    if missing:
-        raise ValueError(f"EpochSiftingDataloader state version {version} is incomplete: no {', '.join(missing)}")
-
-
 def _from_version_1(old: dict[str, Any]) -> dict[str, Any]:
-    _require(old, _V1_KEYS, 1)
+    require(old, _V1_KEYS, f"{STATE_KIND} state version 1")
     counts = old["counts"]
     return {
         "version": STATE_VERSION,
@@ -107,3 +76,6 @@ def _from_version_1(old: dict[str, Any]) -> dict[str, Any]:
         },
         "history": {"epochs": old["history"]},
     }
+
+
+FORMAT = StateFormat(STATE_KIND, STATE_VERSION, PARTS, upgrades={1: _from_version_1})

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from neuron_sift.epoch.planner import EpochPlan
+from neuron_sift.shared.logs import EPOCH_LOGGER
 
 if TYPE_CHECKING:  # hints only: the record reads these parts, it does not build them
     from neuron_sift.epoch.pairing import PairingQueue
@@ -29,7 +30,7 @@ if TYPE_CHECKING:  # hints only: the record reads these parts, it does not build
     from neuron_sift.epoch.tables import ScoreTables
 
 # The epoch loader's one logger: users configure it by this name whichever part logs.
-logger = logging.getLogger("neuron_sift.epoch.loader")
+logger = logging.getLogger(EPOCH_LOGGER)
 
 
 class EpochHistory:

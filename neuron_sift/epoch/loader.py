@@ -24,8 +24,8 @@ import torch
 
 from neuron_sift.backends import BACKEND_NAMES, resolve_backend
 from neuron_sift.backends.base import Backend
-from neuron_sift.distributed import RankGroup
-from neuron_sift.epoch.checkpoint import STATE_KIND, STATE_VERSION, current_layout
+from neuron_sift.epoch.checkpoint import FORMAT as STATE_FORMAT
+from neuron_sift.epoch.checkpoint import STATE_VERSION
 from neuron_sift.epoch.guard import NoiseGuard
 from neuron_sift.epoch.history import EpochHistory, epoch_report
 from neuron_sift.epoch.opening import EpochOpener
@@ -37,11 +37,11 @@ from neuron_sift.epoch.shares import RankShares
 from neuron_sift.epoch.source import PlannedBatchSampler, inspect_source, rebuild
 from neuron_sift.epoch.tables import ScoreTables
 from neuron_sift.exceptions import LossOutputException
+from neuron_sift.shared.logs import seed63
+from neuron_sift.shared.ranks import RankGroup
 from neuron_sift.sift_config.epoch_config import coerce_epoch_config
 
 __all__ = ["EpochSiftingDataloader", "STATE_VERSION"]
-
-_MASK63 = (1 << 63) - 1
 
 
 class EpochSiftingDataloader:
@@ -117,7 +117,7 @@ class EpochSiftingDataloader:
             self.n,
             self._info.batch_size,
             self._info.drop_last,
-            int(seed) & _MASK63,
+            seed63(seed),
             num_epochs,
             self.ranks.world_size,
             self.ranks.rank,
@@ -319,18 +319,18 @@ class EpochSiftingDataloader:
         steps: a run resumed from it continues with the first batch whose losses were not
         recorded, with the same remaining batches, scores and draws."""
         progress = self.progress.state_dict()
-        return {
-            "version": STATE_VERSION,
-            "kind": STATE_KIND,
-            "in_progress": progress["in_progress"],
-            "planner": self.planner.state_dict(),
-            "progress": progress,
-            "tables": self.tables.state_dict(),
-            "shares": self.shares.state_dict(),
-            "guard": self.guard.state_dict(),
-            "pairing": self.pairing.state_dict(),
-            "history": self.epoch_log.state_dict(),
-        }
+        return STATE_FORMAT.write(
+            {
+                "in_progress": progress["in_progress"],
+                "planner": self.planner.state_dict(),
+                "progress": progress,
+                "tables": self.tables.state_dict(),
+                "shares": self.shares.state_dict(),
+                "guard": self.guard.state_dict(),
+                "pairing": self.pairing.state_dict(),
+                "history": self.epoch_log.state_dict(),
+            }
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a ``state_dict()`` (this version's, or version 1's, converted); the next
@@ -343,7 +343,7 @@ class EpochSiftingDataloader:
             ValueError: not an ``EpochSiftingDataloader`` state, a version this code does not
                 read, or one taken with other settings.
         """
-        state = current_layout(state)
+        state = STATE_FORMAT.read(state)
         self.planner.load_state_dict(state["planner"])  # refuses another setup before any change
         self.progress.load_state_dict(state["progress"])
         self.tables.load_state_dict(state["tables"])

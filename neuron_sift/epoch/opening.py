@@ -19,8 +19,9 @@ from neuron_sift.epoch.history import EpochHistory
 from neuron_sift.epoch.planner import EpochPlan, EpochPlanner
 from neuron_sift.epoch.shares import RankShares
 from neuron_sift.epoch.tables import ScoreTables
+from neuron_sift.shared.logs import EPOCH_LOGGER
 
-logger = logging.getLogger("neuron_sift.epoch.loader")
+logger = logging.getLogger(EPOCH_LOGGER)
 
 
 class EpochOpener:

@@ -49,8 +49,9 @@ import numpy as np
 import torch
 
 from neuron_sift.exceptions import LossOutputException
+from neuron_sift.shared.logs import EPOCH_LOGGER
 
-logger = logging.getLogger("neuron_sift.epoch.loader")
+logger = logging.getLogger(EPOCH_LOGGER)
 
 COUNTS = ("losses_recorded", "batches_recorded", "batches_skipped", "batches_yielded")
 

@@ -36,9 +36,8 @@ import torch
 
 from neuron_sift.epoch.host_policy import keep_priorities_np, scale_to_count_np
 from neuron_sift.epoch.policy import loss_weights
+from neuron_sift.shared.logs import seed63
 from neuron_sift.sift_config.epoch_config import EpochSiftConfig
-
-_MASK63 = (1 << 63) - 1
 
 
 def _epoch_seed(seed: int, epoch: int) -> int:
@@ -49,7 +48,7 @@ def _epoch_seed(seed: int, epoch: int) -> int:
     x ^= x >> 27
     x = (x * 0x94D049BB133111EB) & ((1 << 64) - 1)
     x ^= x >> 31
-    return x & _MASK63
+    return seed63(x)
 
 
 @dataclass

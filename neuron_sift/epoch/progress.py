@@ -35,8 +35,9 @@ from neuron_sift.epoch.opening import EpochOpener
 from neuron_sift.epoch.pairing import PairingQueue, Waiting
 from neuron_sift.epoch.planner import EpochPlan, EpochPlanner
 from neuron_sift.epoch.source import PlannedBatchSampler
+from neuron_sift.shared.logs import EPOCH_LOGGER
 
-logger = logging.getLogger("neuron_sift.epoch.loader")
+logger = logging.getLogger(EPOCH_LOGGER)
 
 
 def _named(batches: list[Waiting], most: int = 5) -> str:

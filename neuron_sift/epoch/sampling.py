@@ -35,7 +35,7 @@ from torch.utils.data import (
     WeightedRandomSampler,
 )
 
-from neuron_sift.distributed import RankGroup
+from neuron_sift.shared.ranks import RankGroup
 
 _SUBSET_HINT = (
     "to train on part of the dataset, wrap it in torch.utils.data.Subset (or use a SubsetRandomSampler "

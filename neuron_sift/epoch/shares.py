@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from neuron_sift.distributed import RankGroup
+from neuron_sift.shared.ranks import RankGroup
 
 
 class RankShares:
@@ -78,9 +78,5 @@ def merge_over_ranks(
     parts = torch.stack(
         [torch.where(a, scores, zero), a.to(torch.float32), torch.where(b, scores, zero), b.to(torch.float32)]
     )
-    import torch.distributed as dist
-
-    buf = parts.to(ranks.device)
-    dist.all_reduce(buf)
-    buf = buf.cpu()
+    buf = ranks.sum(parts)
     return torch.where(buf[1] > 0, buf[0], torch.where(buf[3] > 0, buf[2] / buf[3].clamp(min=1), scores))

@@ -4,7 +4,7 @@ Only the sampling changes: ``EpochSiftingDataloader`` builds a new ``DataLoader`
 same map-style dataset with the user's settings (batch size, workers, collate function,
 pin memory, prefetch factor, persistent workers, timeout, worker init, multiprocessing
 context, generator, ``drop_last``) and its own ``batch_sampler``; the wrappers the user's
-DataLoader came in (found by ``neuron_sift.dataloader.source_loader.unwrap``: torch-xla's
+DataLoader came in (found by ``neuron_sift.shared.sources.unwrap``: torch-xla's
 ``MpDeviceLoader``, accelerate's ``MpDeviceLoaderWrapper`` and ``DataLoaderShard``) are
 copied, outermost first, with the new DataLoader inside, so whatever they do per batch
 (device transfer, accelerate's RNG synchronisation and gradient state) still happens.
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import DataLoader, IterableDataset, Sampler
 
-from neuron_sift.dataloader.source_loader import WRAPPER_ATTRIBUTES, unwrap
+from neuron_sift.shared.sources import WRAPPER_ATTRIBUTES, unwrap
 
 SUPPORTED = (
     "a torch.utils.data.DataLoader over a map-style dataset with __len__ (one whose __getitem__ takes a "

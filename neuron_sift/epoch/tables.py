@@ -28,8 +28,9 @@ import torch
 
 from neuron_sift.backends.base import Backend
 from neuron_sift.kernels.scores import gather_weights, score_writes, weighted_mean
+from neuron_sift.shared.logs import EPOCH_LOGGER
 
-logger = logging.getLogger("neuron_sift.epoch.loader")
+logger = logging.getLogger(EPOCH_LOGGER)
 
 
 def _version(t: torch.Tensor) -> int | None:

@@ -42,9 +42,19 @@ import torch.nn.functional as F
 
 from neuron_sift.epoch.loader import EpochSiftingDataloader
 from neuron_sift.metrics.epoch_metrics import epoch_metrics
+from neuron_sift.shared.checkpoints import StateFormat
 from neuron_sift.sift_config.epoch_config import coerce_epoch_config
 
 logger = logging.getLogger(__name__)
+
+
+STREAM_FORMAT = StateFormat(
+    "EpochStream",
+    1,
+    ("loader", "per_epoch", "in_epoch"),
+    legacy=lambda state: "per_epoch" in state and "in_epoch" in state,
+    unversioned=1,  # 0.4.0 saved neither kind nor version
+)
 
 
 class EpochStream:
@@ -63,11 +73,13 @@ class EpochStream:
     def state_dict(self) -> dict[str, Any]:
         """The epoch loader's state and how far the Trainer's epoch has come; taken between
         optimizer steps (the Trainer's ``on_save``), when every yielded batch is trained."""
-        return {
-            "loader": self.epoch_sifting_dataloader.state_dict(),
-            "per_epoch": self.per_epoch,
-            "in_epoch": self._in_epoch,
-        }
+        return STREAM_FORMAT.write(
+            {
+                "loader": self.epoch_sifting_dataloader.state_dict(),
+                "per_epoch": self.per_epoch,
+                "in_epoch": self._in_epoch,
+            }
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a ``state_dict()`` taken at the end of a Trainer epoch; the next epoch goes
@@ -77,9 +89,7 @@ class EpochStream:
         itself by rebuilding its DataLoader (accelerate's ``skip_first_batches``), which cannot
         replay the plan; at an epoch's end it skips nothing.
         """
-        keys = ("loader", "per_epoch", "in_epoch")
-        if not isinstance(state, dict) or any(k not in state for k in keys):
-            raise ValueError(f"not an epoch-sifting Trainer checkpoint (a dict with keys {keys} expected)")
+        state = STREAM_FORMAT.read(state)
         if state["per_epoch"] != self.per_epoch:
             raise ValueError(
                 f"the checkpoint's run had {state['per_epoch']} batches per Trainer epoch, this one plans "

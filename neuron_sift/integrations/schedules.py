@@ -23,7 +23,8 @@ from typing import Any
 
 from neuron_sift.dataloader.checkpoint import epoch_in_progress
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
-from neuron_sift.dataloader.source_loader import underlying_dataloader
+from neuron_sift.shared.checkpoints import StateFormat
+from neuron_sift.shared.sources import underlying_dataloader
 
 
 def as_sifting_dataloader(loader: Any) -> SiftingDataloader:
@@ -102,6 +103,15 @@ def _set_source_epoch(source: Any, epoch: int) -> None:
     sampler: Any = getattr(underlying_dataloader(source), "sampler", None)
     if callable(getattr(sampler, "set_epoch", None)):
         sampler.set_epoch(epoch)
+
+
+STATE_FORMAT = StateFormat(
+    "ExactLengthLoader",
+    1,
+    ("loader", "steps_per_epoch", "passes", "in_pass", "pass_emitted", "pass_seen_before", "epoch_yielded"),
+    legacy=lambda state: "steps_per_epoch" in state and "loader" in state,
+    unversioned=1,  # 0.4.0 and before saved neither kind nor version
+)
 
 
 class ExactLengthLoader:
@@ -202,21 +212,21 @@ class ExactLengthLoader:
     def state_dict(self) -> dict:
         """The sifting loader's state plus this view's position: passes started, whether a
         pass is open, and how many batches of the open epoch were yielded."""
-        return {
-            "loader": self.sifting_dataloader.state_dict(),
-            "steps_per_epoch": self.steps_per_epoch,
-            "passes": self.passes,
-            "in_pass": self._stream is not None,
-            "pass_emitted": self._pass_emitted,
-            "pass_seen_before": self._pass_seen_before,
-            "epoch_yielded": self._epoch_yielded,
-        }
+        return STATE_FORMAT.write(
+            {
+                "loader": self.sifting_dataloader.state_dict(),
+                "steps_per_epoch": self.steps_per_epoch,
+                "passes": self.passes,
+                "in_pass": self._stream is not None,
+                "pass_emitted": self._pass_emitted,
+                "pass_seen_before": self._pass_seen_before,
+                "epoch_yielded": self._epoch_yielded,
+            }
+        )
 
     def load_state_dict(self, state: dict) -> None:
         """Restore a ``state_dict()``; the next iteration continues where it was taken."""
-        keys = ("loader", "steps_per_epoch", "passes", "in_pass", "pass_emitted", "pass_seen_before", "epoch_yielded")
-        if not isinstance(state, dict) or any(k not in state for k in keys):
-            raise ValueError(f"not an ExactLengthLoader state (keys {keys} expected)")
+        state = STATE_FORMAT.read(state)
         if state["steps_per_epoch"] != self.steps_per_epoch:
             raise ValueError(
                 f"checkpoint has steps_per_epoch={state['steps_per_epoch']} but this loader has {self.steps_per_epoch}"

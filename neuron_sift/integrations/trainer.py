@@ -44,10 +44,10 @@ import numbers
 from typing import Any
 
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
-from neuron_sift.dataloader.source_loader import underlying_dataloader
 from neuron_sift.integrations.schedules import ExactLengthLoader, _round_half_up, epoch_plan
 from neuron_sift.loss.abstract_sift_loss_module import resolve_loss_fn
 from neuron_sift.metrics.sifting_metrics import collect_metrics
+from neuron_sift.shared.sources import underlying_dataloader
 from neuron_sift.sift_config.sift_configs import coerce_sift_config
 
 logger = logging.getLogger(__name__)

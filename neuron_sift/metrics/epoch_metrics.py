@@ -25,8 +25,9 @@ if TYPE_CHECKING:
     from neuron_sift.epoch.loader import EpochSiftingDataloader
 
 from neuron_sift.metrics.sifting_metrics import find_wrapped
+from neuron_sift.shared.logs import EPOCH_LOGGER
 
-logger = logging.getLogger("neuron_sift.epoch.loader")
+logger = logging.getLogger(EPOCH_LOGGER)
 
 SCALARS = (
     "epoch",

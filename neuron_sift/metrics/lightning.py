@@ -36,8 +36,8 @@ except ImportError:  # pragma: no cover - the older package name
         raise ImportError("neuron_sift.metrics.lightning needs PyTorch Lightning: pip install lightning") from exc
 
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
-from neuron_sift.dataloader.source_loader import underlying_dataloader
 from neuron_sift.metrics.sifting_metrics import DEFAULT_QUANTILES, SiftingMetrics, collect_metrics, find_sifting_loader
+from neuron_sift.shared.sources import underlying_dataloader
 
 
 class TrainingMetricsRecorder(Callback):

@@ -28,9 +28,10 @@ from typing import Any
 import torch
 
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
+from neuron_sift.shared.logs import LOADER_LOGGER
 
 #: The logger of smart_sifting's documented lines (``...dataloader.sift_dataloader``).
-LOADER_LOGGER = "neuron_sift.dataloader.sift_dataloader"
+
 DEFAULT_QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 
 

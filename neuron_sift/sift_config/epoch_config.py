@@ -6,32 +6,19 @@ dict (``EpochSiftConfig.from_dict`` or anywhere a config is expected), failing w
 """
 
 import math
-import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from neuron_sift.exceptions import SiftConfigValidationException
-from neuron_sift.sift_config.sift_configs import _check_int, _fail, _from_mapping
+from neuron_sift.shared.validation import check_int, check_real, coerce, fail, from_mapping
 
 EPOCH_POLICIES = ("percentile", "below_mean")
 
 _OWNER = "EpochSiftConfig"
 
 
-def _check_real(
-    key: str, value: Any, low: float, high: float, low_open: bool = False, high_open: bool = False
-) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
-        _fail(_OWNER, key, f"expected a finite number, got {type(value).__name__} {value!r}")
-    v = float(value)
-    below = v <= low if low_open else v < low
-    above = v >= high if high_open else v > high
-    if below or above:
-        lo = "(" if low_open else "["
-        hi = ")" if high_open else "]"
-        _fail(_OWNER, key, f"must be in {lo}{low}, {high}{hi}, got {value!r}")
-    return v
+def _check_real(key: str, value: Any, low: float, high: float, **bounds: bool) -> float:
+    return check_real(_OWNER, key, value, low, high, **bounds)
 
 
 @dataclass
@@ -99,7 +86,7 @@ class EpochSiftConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.policy, str) or self.policy not in EPOCH_POLICIES:
-            _fail(_OWNER, "policy", f"expected one of {EPOCH_POLICIES}, got {self.policy!r}")
+            fail(_OWNER, "policy", f"expected one of {EPOCH_POLICIES}, got {self.policy!r}")
         self.beta_value = _check_real("beta_value", self.beta_value, 0.0, math.inf, low_open=True, high_open=True)
         self.min_keep_probability = _check_real(
             "min_keep_probability", self.min_keep_probability, 0.0, 1.0, low_open=True
@@ -107,15 +94,15 @@ class EpochSiftConfig:
         self.prune_ratio = _check_real("prune_ratio", self.prune_ratio, 0.0, 1.0, high_open=True)
         if self.kept_share is not None:
             self.kept_share = _check_real("kept_share", self.kept_share, 0.0, 1.0, low_open=True)
-        _check_int(_OWNER, "warmup_epochs", self.warmup_epochs, 0)
+        check_int(_OWNER, "warmup_epochs", self.warmup_epochs, 0)
         self.warmup_epochs = int(self.warmup_epochs)
         self.anneal_fraction = _check_real("anneal_fraction", self.anneal_fraction, 0.0, 1.0)
         if self.max_weight is not None:
             self.max_weight = _check_real("max_weight", self.max_weight, 1.0, math.inf, high_open=True)
         if self.seed is not None:
-            _check_int(_OWNER, "seed", self.seed, 0)
+            check_int(_OWNER, "seed", self.seed, 0)
             self.seed = int(self.seed)
-        _check_int(_OWNER, "noise_guard_epochs", self.noise_guard_epochs, 0)
+        check_int(_OWNER, "noise_guard_epochs", self.noise_guard_epochs, 0)
         self.noise_guard_epochs = int(self.noise_guard_epochs)
         self.noise_guard_quantile = _check_real(
             "noise_guard_quantile", self.noise_guard_quantile, 0.0, 1.0, low_open=True, high_open=True
@@ -123,7 +110,7 @@ class EpochSiftConfig:
 
     @classmethod
     def from_dict(cls, value: Mapping[str, Any]) -> "EpochSiftConfig":
-        return _from_mapping(cls, _OWNER, value)
+        return from_mapping(cls, _OWNER, value)
 
     def expected_kept_share(self) -> float | None:
         """The expected kept share of a sifted epoch, where it does not depend on the scores.
@@ -149,10 +136,4 @@ class EpochSiftConfig:
 
 def coerce_epoch_config(value: Any) -> EpochSiftConfig:
     """Accept an ``EpochSiftConfig`` or an equivalent dict."""
-    if isinstance(value, EpochSiftConfig):
-        return value
-    if isinstance(value, Mapping):
-        return EpochSiftConfig.from_dict(value)
-    raise SiftConfigValidationException(
-        f"sift_config: expected an EpochSiftConfig or a dict, got {type(value).__name__}"
-    )
+    return coerce(EpochSiftConfig, value)

@@ -5,32 +5,15 @@ may also be given as a dict. Validation happens at construction so that a bad va
 fails before training starts, with ``SiftConfigValidationException`` naming the key.
 """
 
-import dataclasses
 import math
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from neuron_sift.exceptions import SiftConfigValidationException
+from neuron_sift.shared.validation import check_bool, check_int, coerce, fail, from_mapping
 
 SELECTION_MODES = ("probabilistic", "fixed")
-
-
-def _fail(owner: str, key: str, message: str) -> None:
-    raise SiftConfigValidationException(f"{owner}.{key}: {message}")
-
-
-def _check_int(owner: str, key: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        _fail(owner, key, f"expected an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        _fail(owner, key, f"must be >= {minimum}, got {value}")
-
-
-def _check_bool(owner: str, key: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        _fail(owner, key, f"expected a bool, got {type(value).__name__} {value!r}")
 
 
 # Keys of a nested config given one level too high (a common slip): where they belong.
@@ -48,29 +31,7 @@ _NESTED_KEYS = {
 
 
 def _from_mapping(cls, owner_key: str, value: Mapping[str, Any]):
-    """Build ``cls`` from a dict, naming unknown and missing keys."""
-    if not isinstance(value, Mapping):
-        raise SiftConfigValidationException(
-            f"{owner_key}: expected a dict of {cls.__name__} fields, got {type(value).__name__} {value!r}"
-        )
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(value) - names, key=repr)  # keys of mixed types cannot be compared
-    if unknown:
-        where = _NESTED_KEYS.get(cls.__name__, {})
-        hints = [f"{k!r} belongs in {where[k]}" for k in unknown if k in where]
-        raise SiftConfigValidationException(
-            f"{owner_key}: unknown key(s) {unknown} for {cls.__name__}; expected keys {sorted(names)}"
-            + (f" ({'; '.join(hints)})" if hints else "")
-        )
-    required = [
-        f.name
-        for f in dataclasses.fields(cls)
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    ]
-    missing = [k for k in required if k not in value]
-    if missing:
-        raise SiftConfigValidationException(f"{owner_key}: missing key(s) {missing} for {cls.__name__}")
-    return cls(**value)
+    return from_mapping(cls, owner_key, value, _NESTED_KEYS.get(cls.__name__, {}))
 
 
 @dataclass
@@ -95,8 +56,8 @@ class SiftingBaseConfig:
     repeat_delay_per_epoch: bool = False
 
     def __post_init__(self) -> None:
-        _check_int("SiftingBaseConfig", "sift_delay", self.sift_delay, 0)
-        _check_bool("SiftingBaseConfig", "repeat_delay_per_epoch", self.repeat_delay_per_epoch)
+        check_int("SiftingBaseConfig", "sift_delay", self.sift_delay, 0)
+        check_bool("SiftingBaseConfig", "repeat_delay_per_epoch", self.repeat_delay_per_epoch)
 
     @classmethod
     def from_dict(cls, value: Mapping[str, Any]) -> "SiftingBaseConfig":
@@ -124,7 +85,7 @@ class LossConfig:
         if isinstance(self.sift_config, Mapping):
             self.sift_config = SiftingBaseConfig.from_dict(self.sift_config)
         elif not isinstance(self.sift_config, SiftingBaseConfig):
-            _fail(
+            fail(
                 "LossConfig",
                 "sift_config",
                 f"expected a SiftingBaseConfig or a dict, got {type(self.sift_config).__name__}",
@@ -178,25 +139,25 @@ class RelativeProbabilisticSiftConfig:
         owner = "RelativeProbabilisticSiftConfig"
         beta = self.beta_value
         if isinstance(beta, bool) or not isinstance(beta, numbers.Real):
-            _fail(owner, "beta_value", f"expected a number, got {type(beta).__name__} {beta!r}")
+            fail(owner, "beta_value", f"expected a number, got {type(beta).__name__} {beta!r}")
         if not math.isfinite(float(beta)) or beta <= 0:
-            _fail(owner, "beta_value", f"must be a finite number > 0, got {beta!r}")
+            fail(owner, "beta_value", f"must be a finite number > 0, got {beta!r}")
         self.beta_value = float(beta)
-        _check_int(owner, "loss_history_length", self.loss_history_length, 1)
+        check_int(owner, "loss_history_length", self.loss_history_length, 1)
         self.loss_history_length = int(self.loss_history_length)
         if isinstance(self.loss_based_sift_config, Mapping):
             self.loss_based_sift_config = LossConfig.from_dict(self.loss_based_sift_config)
         elif not isinstance(self.loss_based_sift_config, LossConfig):
-            _fail(
+            fail(
                 owner,
                 "loss_based_sift_config",
                 f"expected a LossConfig or a dict, got {type(self.loss_based_sift_config).__name__}",
             )
         if not isinstance(self.selection_mode, str) or self.selection_mode not in SELECTION_MODES:
-            _fail(owner, "selection_mode", f"expected one of {SELECTION_MODES}, got {self.selection_mode!r}")
+            fail(owner, "selection_mode", f"expected one of {SELECTION_MODES}, got {self.selection_mode!r}")
         if self.seed is not None:
-            _check_int(owner, "seed", self.seed, 0)
-        _check_bool(owner, "global_loss_history", self.global_loss_history)
+            check_int(owner, "seed", self.seed, 0)
+        check_bool(owner, "global_loss_history", self.global_loss_history)
 
     @classmethod
     def from_dict(cls, value: Mapping[str, Any]) -> "RelativeProbabilisticSiftConfig":
@@ -227,10 +188,4 @@ class RelativeProbabilisticSiftConfig:
 
 def coerce_sift_config(value: Any) -> RelativeProbabilisticSiftConfig:
     """Accept a config object or an equivalent dict."""
-    if isinstance(value, RelativeProbabilisticSiftConfig):
-        return value
-    if isinstance(value, Mapping):
-        return RelativeProbabilisticSiftConfig.from_dict(value)
-    raise SiftConfigValidationException(
-        f"sift_config: expected a RelativeProbabilisticSiftConfig or a dict, got {type(value).__name__}"
-    )
+    return coerce(RelativeProbabilisticSiftConfig, value)

@@ -22,8 +22,8 @@ from transformers import (
     TrainingArguments,
 )
 
-from neuron_sift.dataloader.source_loader import unwrap
 from neuron_sift.integrations.epoch_trainer import enable_epoch_sifting
+from neuron_sift.shared.sources import unwrap
 from tests.neuron_sift.integrations.trainer_scenarios import TinyTextClassifier
 
 

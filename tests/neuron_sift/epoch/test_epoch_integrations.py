@@ -94,7 +94,7 @@ def test_the_stream_state_refuses_another_run():
     assert state["in_epoch"] == 0 and state["per_epoch"] == 4
     with pytest.raises(ValueError, match="had 3 batches per Trainer epoch, this one plans 4"):
         stream.load_state_dict({**state, "per_epoch": 3})
-    with pytest.raises(ValueError, match="not an epoch-sifting Trainer checkpoint"):
+    with pytest.raises(ValueError, match="not an EpochStream state"):
         stream.load_state_dict(loader.state_dict())
     stream.load_state_dict(state)
 

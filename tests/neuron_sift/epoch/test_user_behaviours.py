@@ -286,7 +286,7 @@ def per_epoch_loss(ids, epoch):
 def ddp_loaders(monkeypatch, world, cfg, n=50, batch=4, epochs=6):
     """``world`` loaders, one per simulated rank, over the same shuffled DataLoader settings."""
     import neuron_sift.epoch.loader as loader_module
-    from neuron_sift.distributed import RankGroup
+    from neuron_sift.shared.ranks import RankGroup
 
     w = ThreadWorld(world)
 

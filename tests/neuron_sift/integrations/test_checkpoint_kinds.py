@@ -6,8 +6,8 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from neuron_sift import EpochSiftingDataloader, Loss, RelativeProbabilisticSiftConfig, SiftingDataloader
-from neuron_sift.dataloader.checkpoint import state_kind
 from neuron_sift.integrations.schedules import ExactLengthLoader
+from neuron_sift.shared.checkpoints import state_kind
 
 
 class Score(Loss):

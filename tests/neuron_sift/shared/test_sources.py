@@ -1,4 +1,4 @@
-"""The one unwrapping rule (``neuron_sift.dataloader.source_loader.unwrap``), against the real
+"""The one unwrapping rule (``neuron_sift.shared.sources.unwrap``), against the real
 wrappers: torch-xla's ``MpDeviceLoader``, accelerate's ``MpDeviceLoaderWrapper`` (what
 ``accelerator.prepare`` returns wherever torch-xla is installed) and ``DataLoaderShard``
 (which claims to be a ``DataLoader`` through a ``__class__`` property)."""
@@ -8,8 +8,8 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
 from neuron_sift import EpochSiftingDataloader, SiftingDataloader
-from neuron_sift.dataloader.source_loader import sampler_info, underlying_dataloader, unwrap
 from neuron_sift.epoch.source import inspect_source
+from neuron_sift.shared.sources import sampler_info, underlying_dataloader, unwrap
 
 
 def dataset(n=20):

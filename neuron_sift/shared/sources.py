@@ -1,4 +1,5 @@
-"""What the loaders learn from the source DataLoader: batch size, epoch size, wrappers.
+"""The user's DataLoader behind its wrappers, and how it batches: what both loaders and the
+Trainer integration read from it.
 
 One unwrapping rule for the package (``unwrap``): the per-batch ``SiftingDataloader`` and
 the Trainer integration read the batch size and the epoch size from the DataLoader inside
@@ -90,24 +91,42 @@ def underlying_dataloader(loader: Any) -> Any:
     return chain.inner
 
 
-def sampler_info(loader: Any) -> tuple[int, int, bool] | None:
-    """(batch size, samples per epoch, drop_last) of a DataLoader, or None if unknown.
+@dataclass(frozen=True)
+class BatchSettings:
+    """How a DataLoader batches: ``batch_size`` (None if it has none), ``drop_last`` and the
+    ``sampler`` it draws indices from (None if unknown), read from the loader or, for one
+    built with ``batch_sampler=`` (accelerate's loaders among them), from its batch sampler.
+    ``batch_sampler``: that batch sampler (None when the loader batches itself)."""
 
-    Reads ``batch_size``/``drop_last``/``sampler`` or, for a loader built with
-    ``batch_sampler=`` (accelerate's loaders among them), the batch sampler's.
-    """
-    b, drop_last, sampler = getattr(loader, "batch_size", None), getattr(loader, "drop_last", False), None
-    if isinstance(b, int):
-        sampler = getattr(loader, "sampler", None)
-    else:
-        bs = getattr(loader, "batch_sampler", None)
-        b = getattr(bs, "batch_size", None)
-        drop_last = bool(getattr(bs, "drop_last", False))
-        sampler = getattr(bs, "sampler", None)
-    if not isinstance(b, int) or b < 1 or sampler is None:
+    batch_size: int | None
+    drop_last: bool
+    sampler: Any
+    batch_sampler: Any
+
+
+def batch_settings(loader: Any) -> BatchSettings:
+    """The one reading of a DataLoader's batching, for every part that plans from it."""
+    b = getattr(loader, "batch_size", None)
+    if isinstance(b, int) and not isinstance(b, bool):
+        return BatchSettings(b, bool(getattr(loader, "drop_last", False)), getattr(loader, "sampler", None), None)
+    bs = getattr(loader, "batch_sampler", None)
+    b = getattr(bs, "batch_size", None)
+    return BatchSettings(
+        b if isinstance(b, int) and not isinstance(b, bool) else None,
+        bool(getattr(bs, "drop_last", False)),
+        getattr(bs, "sampler", None),
+        bs,
+    )
+
+
+def sampler_info(loader: Any) -> tuple[int, int, bool] | None:
+    """(batch size, samples per epoch, drop_last) of a DataLoader, or None if unknown."""
+    settings = batch_settings(loader)
+    b = settings.batch_size
+    if b is None or b < 1 or settings.sampler is None:
         return None
     try:
-        return b, len(sampler), bool(drop_last)
+        return b, len(settings.sampler), settings.drop_last
     except TypeError:
         return None
 

@@ -5,7 +5,8 @@ coordination ranks emit different numbers of batches per epoch, and the rank wit
 batches waits forever in DDP's gradient all-reduce. Every collective here is small and
 has a static shape, and all ranks call it at the same points: ranks must see the same
 number of source batches per epoch (``DistributedSampler`` guarantees this, padding or
-dropping so every rank gets the same number of samples).
+dropping so every rank gets the same number of samples). Every collective of the package
+goes through ``RankGroup``: both modes, one place to read what crosses ranks.
 """
 
 import torch
@@ -39,6 +40,14 @@ class RankGroup:
         t = torch.tensor([value], dtype=torch.int64, device=self.device)
         dist.all_reduce(t, op=dist.ReduceOp.MIN)
         return int(t.cpu()[0])
+
+    def sum(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` (same static shape on every rank) summed over ranks: one all-reduce."""
+        if not self.active:
+            return t
+        buf = t.to(self.device)
+        dist.all_reduce(buf)
+        return buf.to(t.device)
 
     def all_gather_rows(self, t: torch.Tensor) -> torch.Tensor:
         """``t`` (same static shape on every rank) from all ranks, concatenated in rank order."""
