@@ -9,8 +9,6 @@ they run eagerly on CPU/CUDA and trace into fixed XLA graphs.
 
 import torch
 
-from .percentile import check_method, percentile_rank_sorted
-
 
 def new_score_table(n: int, device: torch.device | None = None) -> torch.Tensor:
     """``[n + 1]`` float32 NaN: no sample scored yet; slot ``n`` is the trash slot."""
@@ -56,30 +54,3 @@ def weighted_mean(losses: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """
     dtype = torch.promote_types(losses.dtype, torch.float32)
     return (losses.to(dtype) * weights.to(dtype)).sum() / losses.shape[0]
-
-
-def percentile_of_all(scores: torch.Tensor, *, method: str = "search") -> torch.Tensor:
-    """Mid-rank percentile of every recorded score among all recorded scores.
-
-    ``scores``: ``[N]`` float, NaN where never scored. For a scored sample,
-    ``(#{s < x} + 0.5 * #{s == x}) / n_scored`` over the scored values (the sample itself
-    included, as one of the ties); unscored samples get 1.0 (nothing judges them easy),
-    and so does every sample while none is scored. Static shapes: one sort, then
-    ``searchsorted`` (``method="search"``) or the sort-merge of ``percentile_rank_sorted``
-    (``"merge"``). The caller chooses, as for ``percentile_rank_sorted``: ``"merge"`` on
-    XLA, which has no lowering for ``searchsorted``, ``"search"`` elsewhere.
-    """
-    check_method(method)
-    seen = ~torch.isnan(scores)
-    n = seen.sum()
-    ordered = torch.sort(torch.where(seen, scores, torch.full_like(scores, float("inf")))).values
-    queries = torch.where(seen, scores, torch.zeros_like(scores))
-    if method == "merge":
-        pct = percentile_rank_sorted(queries, ordered, n, method="merge")
-    else:
-        queries = torch.where(queries == 0, torch.zeros_like(queries), queries)  # -0.0 -> 0.0
-        less = torch.clamp(torch.searchsorted(ordered, queries, side="left"), max=n)
-        not_greater = torch.clamp(torch.searchsorted(ordered, queries, side="right"), max=n)
-        denom = torch.clamp(n, min=1).to(scores.dtype)
-        pct = (less.to(scores.dtype) + 0.5 * (not_greater - less).to(scores.dtype)) / denom
-    return torch.where(seen, pct, torch.ones_like(pct))

@@ -4,6 +4,7 @@ Each rule keeps one concept in one place: a rule broken here is a device questio
 private reach or an oversized module that crept back in.
 """
 
+import ast
 import re
 from pathlib import Path
 
@@ -48,3 +49,119 @@ def test_the_loader_object_is_thin():
     loader = _code(ROOT / "neuron_sift" / "dataloader" / "sift_dataloader.py")
     for call in ("sifter.step(", ".read_selection(", ".read_kept(", ".pop(", ".reverse_transform("):
         assert call not in loader, call
+
+
+def _imports(path: Path, package_dirs: dict[str, Path]) -> set[Path]:
+    """The files ``path`` imports (at any depth of the module: TYPE_CHECKING and function-level
+    imports count, as a reader follows them too) among ``package_dirs`` (top-level name -> folder)."""
+    tree = ast.parse(_code(path))
+    found: set[Path] = set()
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            top, *rest = name.split(".")
+            if top == "neuron_sift" and rest[:1] == ["kernels"]:
+                top, rest = "kernels", rest[1:]
+            if top not in package_dirs:
+                continue
+            base = package_dirs[top].joinpath(*rest)
+            for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+                if candidate.is_file() and candidate != path:
+                    found.add(candidate)
+    return found
+
+
+def _graph(files: list[Path], package_dirs: dict[str, Path]) -> dict[Path, set[Path]]:
+    # A package's __init__.py only hands names on (the public API in one place): not a room.
+    return {
+        p: {q for q in _imports(p, package_dirs) if q.name != "__init__.py"} for p in files if p.name != "__init__.py"
+    }
+
+
+def _circles(graph: dict[Path, set[Path]]) -> list[list[str]]:
+    """Strongly connected sets of more than one file (Tarjan)."""
+    index: dict[Path, int] = {}
+    low: dict[Path, int] = {}
+    stack: list[Path] = []
+    out: list[list[str]] = []
+
+    def visit(v: Path) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(_rel(w))
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+PACKAGE_DIRS = {"neuron_sift": ROOT / "neuron_sift", "kernels": ROOT / "kernels"}
+
+
+def test_no_files_of_the_package_import_each_other_in_a_circle():
+    assert _circles(_graph(PACKAGE, PACKAGE_DIRS)) == []
+
+
+def test_no_files_of_the_benchmarks_import_each_other_in_a_circle():
+    dirs = {p.stem: p for p in BENCHMARKS}  # benchmarks import each other as top-level modules
+    graph = {p: {q for q in _imports_flat(p, dirs)} for p in BENCHMARKS}
+    assert _circles(graph) == []
+
+
+def _imports_flat(path: Path, modules: dict[str, Path]) -> set[Path]:
+    tree = ast.parse(_code(path))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {modules[a.name] for a in node.names if a.name in modules}
+        elif isinstance(node, ast.ImportFrom) and node.module in modules and node.level == 0:
+            found.add(modules[node.module])
+    return found - {path}
+
+
+def _folder(path: Path) -> str:
+    rel = path.relative_to(ROOT).parts
+    return "/".join(rel[:2]) if rel[0] == "neuron_sift" and len(rel) > 2 else rel[0] if len(rel) > 1 else _rel(path)
+
+
+def test_folders_stand_in_layers_no_arrow_runs_back_up():
+    """Between folders every arrow points one way: the folders' import graph has no circle."""
+    folders: dict[Path, set[Path]] = {}
+    for src, targets in _graph(PACKAGE, PACKAGE_DIRS).items():
+        for dst in targets:
+            a, b = _folder(src), _folder(dst)
+            if a != b:
+                folders.setdefault(Path(ROOT / a), set()).add(Path(ROOT / b))
+    assert _circles(folders) == []
+
+
+def test_the_two_modes_are_wings_that_do_not_import_each_other():
+    graph = _graph(PACKAGE, PACKAGE_DIRS)
+    per_batch = ("neuron_sift/dataloader",)
+    epoch = ("neuron_sift/epoch",)
+    crossing = [
+        f"{_rel(a)} -> {_rel(b)}"
+        for a, targets in graph.items()
+        for b in targets
+        if (_folder(a) in per_batch and _folder(b) in epoch) or (_folder(a) in epoch and _folder(b) in per_batch)
+    ]
+    assert crossing == []

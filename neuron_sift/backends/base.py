@@ -10,6 +10,16 @@ if TYPE_CHECKING:
     from neuron_sift.backends.pending import PendingStore
 
 
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of the model's first parameter (or buffer; the CPU for a module with
+    neither): the device a backend is chosen for."""
+    for p in model.parameters():
+        return p.device
+    for b in model.buffers():
+        return b.device
+    return torch.device("cpu")
+
+
 class Backend(abc.ABC):
     """Device placement, host reads, how the selection step runs, and step boundaries for one device."""
 
@@ -58,12 +68,14 @@ class Backend(abc.ABC):
 
     @property
     def can_run_step_on_host(self) -> bool:
-        """Whether the host step (``engine/cpu_step.py``) can run for this device."""
+        """Whether this device is the host, where the engine's host step can run (it also
+        needs the C kernels, which the engine checks)."""
         return False
 
     @property
     def runs_step_on_host(self) -> bool:
-        """Whether the selection step runs on the host by default (the C kernels, CPU only)."""
+        """Whether the selection step should run on the host where it can: the engine runs
+        it there when this is true and the C kernels were built."""
         return False
 
     @property
@@ -91,9 +103,10 @@ class Backend(abc.ABC):
     def pending_store(
         self, batch_size: int, rows_per_add: int, limit: int | None, default_batch: bool
     ) -> "PendingStore":
-        """Where kept samples wait for a full batch: on the host here (``backends/pending.py``).
+        """Where kept samples are pending until a full batch: on the host here
+        (``backends/pending.py``).
 
-        ``rows_per_add``: rows a source batch offers at most; ``limit``: the bound on waiting
+        ``rows_per_add``: rows a source batch offers at most; ``limit``: the bound on pending
         samples under data-parallel agreement (None: none); ``default_batch``: whether the
         batches are the default handling's (whose tensor fields a device store can hold).
         """

@@ -1,13 +1,13 @@
 """The pending store on an XLA device: kept rows gathered into buffers of static shape.
 
 On an XLA device a ``tensor[host_indices]`` of varying length is a new graph per length.
-Here every tensor field of the batch has a staging buffer of fixed capacity
+Here every tensor field of the batch has a pending buffer of fixed capacity
 ``L + m`` rows (m: rows offered per source batch, P in probabilistic mode, k in fixed
-mode; L: the most rows that may wait, the batch size, or the loader's bound on pending
-samples under data-parallel agreement). Each source batch writes its ``m`` candidate
+mode; L: the most rows that may be pending, the batch size, or the loader's bound on
+pending samples under data-parallel agreement). Each source batch writes its ``m`` candidate
 rows, kept ones first, at the current fill offset (a device scalar, so no new graph);
-rows past the kept count land in the unused tail and are overwritten later. When ``B`` rows are waiting, ``buffer[:B]`` is
-emitted and the buffer is rotated by ``B``. All shapes are static, and the host only
+rows past the kept count land in the unused tail and are overwritten later. When ``B``
+rows are pending, ``buffer[:B]`` is emitted and the buffer is rotated by ``B``. All shapes are static, and the host only
 needs the kept count: known in fixed mode, one scalar read in probabilistic mode.
 
 Fields that are not tensors (lists of strings, NumPy arrays) stay on the host and need
@@ -55,15 +55,15 @@ def has_host_leaves(batch: DefaultSiftingBatch) -> bool:
     return any(not is_device_leaf(leaf) for leaf in batch.leaves)
 
 
-class DeviceStaging:
+class PendingBuffers:
     """Fixed-capacity device buffers that turn kept rows into batches of exactly ``B``.
 
     ``rows_per_add``: the rows each ``add`` writes (m). ``limit``: None when emission
     drains the buffer below ``B`` before every ``add`` (one process, or fixed mode); else the
-    loader's bound on waiting samples, kept by dropping the newest kept rows past it. The
+    loader's bound on pending samples, kept by dropping the newest kept rows past it. The
     buffers hold ``B + m`` or ``limit + m`` rows, and ``add`` checks on the host that its
     write fits before writing: an index past the buffer would not fail on an XLA device, it
-    would overwrite waiting samples and repeat others.
+    would overwrite pending samples and repeat others.
     """
 
     def __init__(self, batch_size: int, backend: Backend, rows_per_add: int, limit: int | None = None):
@@ -77,7 +77,7 @@ class DeviceStaging:
         self.fill = 0  # host mirror: decides emission without reading the device
         self._fill_t: torch.Tensor | None = None  # device copy: the write offset
         self._structure: Any = None
-        self._buffers: list[Any] | None = None  # per leaf: device tensor, or a host Leaf of waiting samples
+        self._buffers: list[Any] | None = None  # per leaf: device tensor, or a host Leaf of pending samples
         self._axes: list[int] = []
         self._preloaded: DefaultSiftingBatch | None = None
 
@@ -89,11 +89,11 @@ class DeviceStaging:
         return self._capacity
 
     def preload(self, batch: DefaultSiftingBatch) -> None:
-        """Samples restored from a checkpoint: staged first, when the buffers are created."""
+        """Samples restored from a checkpoint: written first, when the buffers are created."""
         if self._buffers is not None:
             raise RuntimeError("preload() must come before the first add()")
         if len(batch) > self._capacity:
-            raise ValueError(f"{len(batch)} restored pending samples, but at most {self._capacity} can wait")
+            raise ValueError(f"{len(batch)} restored pending samples, but at most {self._capacity} can be pending")
         self._preloaded = batch
 
     def add(
@@ -104,7 +104,7 @@ class DeviceStaging:
         count_t: torch.Tensor,
         host_indices: list[int] | None,
     ) -> None:
-        """Stage the rows ``order[:count]`` of ``batch`` (``order`` has a static length m).
+        """Write the rows ``order[:count]`` of ``batch`` (``order`` has a static length m).
 
         ``count`` is the host's view of the kept count after the loader's bound (rows past
         ``limit`` are dropped, newest first), ``count_t`` the device's before it; they agree
@@ -112,13 +112,13 @@ class DeviceStaging:
         """
         m = int(order.shape[0])
         if m > self.rows_per_add:
-            raise RuntimeError(f"a batch offers {m} rows, the staging buffers were sized for {self.rows_per_add}")
+            raise RuntimeError(f"a batch offers {m} rows, the pending buffers were sized for {self.rows_per_add}")
         if self._buffers is None:
             self._start(batch)
         assert self._buffers is not None and self._fill_t is not None  # made by _start, now or before
         if self.fill + m > self._capacity or (self.limit is not None and self.fill + count > self.limit):
             raise RuntimeError(
-                f"internal error: {self.fill} waiting rows plus {m} offered exceed the staging capacity "
+                f"internal error: {self.fill} pending rows plus {m} offered exceed the buffers' capacity "
                 f"{self._capacity} (limit {self.limit}, {count} kept)"
             )
         if len(batch.leaves) != len(self._buffers):
@@ -210,7 +210,7 @@ class DeviceStaging:
             self._start(like)
 
     def pending_batch(self) -> DefaultSiftingBatch | None:
-        """The waiting (not yet emitted) samples as a batch on the device, for inspection.
+        """The pending (not yet emitted) samples as a batch on the device, for inspection.
 
         Slicing to the fill is a new shape per fill on an XLA device; checkpoints use
         ``pending_on_host`` instead.
@@ -218,12 +218,12 @@ class DeviceStaging:
         return self._pending(lambda buf: buf)
 
     def pending_on_host(self) -> DefaultSiftingBatch | None:
-        """The waiting samples on the CPU: whole buffers are read (a transfer of a shape that
+        """The pending samples on the CPU: whole buffers are read (a transfer of a shape that
         never changes, so no compilation) and cut on the host."""
         return self._pending(lambda buf: buf.detach().cpu())
 
     def _pending(self, place) -> DefaultSiftingBatch | None:
-        """The waiting samples, each buffer passed through ``place`` before it is cut to the fill."""
+        """The pending samples, each buffer passed through ``place`` before it is cut to the fill."""
         if self._preloaded is not None:
             return self._preloaded
         if self._buffers is None or self.fill == 0:
@@ -244,7 +244,7 @@ class DevicePending(PendingStore):
     and a short batch is padded so the scoring forward keeps its shape. What is read back
     per source batch: nothing in fixed mode (the kept count is known), the kept count in
     probabilistic mode, plus the kept indices when the batch has host (non-tensor) fields.
-    The graph is cut (``backend.sync``) after each source batch's staging and after each
+    The graph is cut (``backend.sync``) after each source batch's write and after each
     cut batch, so the user's training graph never contains sifting ops and the set of
     compiled graphs does not depend on the data. Under graph extraction nothing read back
     is trusted.
@@ -253,7 +253,7 @@ class DevicePending(PendingStore):
     def __init__(self, batch_size: int, backend: Backend, rows_per_add: int, limit: int | None = None):
         super().__init__(batch_size)
         self.backend = backend
-        self.staging = DeviceStaging(batch_size, backend, rows_per_add, limit)
+        self.buffers = PendingBuffers(batch_size, backend, rows_per_add, limit)
 
     def prepare(self, batch: SiftingBatch, source: Any) -> tuple[SiftingBatch, Any]:
         assert isinstance(batch, DefaultSiftingBatch)
@@ -287,10 +287,10 @@ class DevicePending(PendingStore):
             nonfinite = 0
         return Kept(count, nonfinite, indices)
 
-    def add(self, scored: SiftingBatch, out: Any, kept: Kept, n_held: int) -> None:
-        """Stage the kept rows on the device, then cut the graph (asynchronously)."""
+    def add(self, scored: SiftingBatch, out: Any, kept: Kept, n_admitted: int) -> None:
+        """Write the kept rows into the device buffers, then cut the graph (asynchronously)."""
         assert isinstance(scored, DefaultSiftingBatch)
-        self.staging.add(scored, out.order, n_held, out.count, kept.indices)
+        self.buffers.add(scored, out.order, n_admitted, out.count, kept.indices)
         self.backend.sync()
 
     def pop(self) -> SiftingBatch | None:
@@ -299,13 +299,13 @@ class DevicePending(PendingStore):
         Batches are cut one at a time, just before they are yielded, so samples of a batch
         not yet handed out stay pending (and in ``state_dict()``).
         """
-        batch = self.staging.pop()
+        batch = self.buffers.pop()
         if batch is not None:
             self.backend.sync()
         return batch
 
-    def waiting(self) -> int:
-        return len(self.staging)
+    def num_bound(self) -> int:
+        return len(self.buffers)
 
     def bind(self, like: SiftingBatch) -> None:
         """Restored samples first, and the buffers made now, so they can be emitted before
@@ -314,15 +314,15 @@ class DevicePending(PendingStore):
             return
         super().bind(like)
         assert isinstance(like, DefaultSiftingBatch)
-        self.staging.bind(like)
+        self.buffers.bind(like)
 
     def _insert_restored(self, batch: SiftingBatch) -> None:
         assert isinstance(batch, DefaultSiftingBatch)
-        self.staging.preload(batch)  # uploaded whole when the buffers are created
+        self.buffers.preload(batch)  # uploaded whole when the buffers are created
 
     def pending_batch(self) -> SiftingBatch | None:
-        return self.staging.pending_batch() if len(self.staging) else None
+        return self.buffers.pending_batch() if len(self.buffers) else None
 
     def pending_on_host(self) -> SiftingBatch | None:
         """Whole buffers are read (no new graph per pending count) and cut on the host."""
-        return self.staging.pending_on_host() if len(self.staging) else None
+        return self.buffers.pending_on_host() if len(self.buffers) else None

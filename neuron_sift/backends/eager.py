@@ -15,7 +15,6 @@ from typing import Any
 import torch
 
 from neuron_sift.backends.base import Backend
-from neuron_sift.engine.cpu_step import host_kernels_available
 
 # The compiler backend a device type usually uses with torch.compile (TorchNeuron
 # registers "neuron"); every other device type uses torch's default, inductor.
@@ -64,11 +63,12 @@ class EagerBackend(Backend):
 
     @property
     def can_run_step_on_host(self) -> bool:
-        """Whether the host step can run here: a CPU device and the C kernels built."""
-        return self.device.type == "cpu" and host_kernels_available()
+        """A CPU device is the host."""
+        return self.device.type == "cpu"
 
     @property
     def runs_step_on_host(self) -> bool:
-        """On the CPU the C-kernel host step runs, unless the torch step is compiled or the
-        extension was not built (then the torch step runs on the CPU: same selections)."""
+        """On the CPU the C-kernel host step runs, unless the torch step is compiled (or the
+        extension was not built: then the engine runs the torch step on the CPU, with the
+        same selections)."""
         return self.can_run_step_on_host and not self._compile

@@ -1,6 +1,6 @@
-"""Kept samples waiting for a full batch: one interface, a host and a device implementation.
+"""Kept samples pending until a full batch: one interface, a host and a device implementation.
 
-Why the backend makes it: where the waiting samples live, what has to be read back to
+Why the backend makes it: where the pending samples live, what has to be read back to
 know which rows were kept, and when the device's lazy graph is cut are device questions.
 On the host (CPU, CUDA, and any batch type other than the default one) the kept row
 indices are read back once per source batch and the kept rows are joined with the
@@ -35,8 +35,8 @@ class Kept:
 class PendingStore(abc.ABC):
     """Turns the kept rows of scored source batches into batches of exactly ``batch_size``.
 
-    Samples restored from a checkpoint (``restore``) wait, without their container types,
-    until a source batch gives them their types again (``bind``); they come out first.
+    Samples restored from a checkpoint (``restore``) stay pending without their container
+    types until a source batch gives them their types again (``bind``); they come out first.
     """
 
     def __init__(self, batch_size: int):
@@ -54,24 +54,24 @@ class PendingStore(abc.ABC):
         """The host's view of the selection ``out`` of ``scored`` (``n`` real rows): the host reads it needs."""
 
     @abc.abstractmethod
-    def add(self, scored: SiftingBatch, out: Any, kept: Kept, n_held: int) -> None:
-        """Let the first ``n_held`` kept rows of ``scored`` wait (the rest are dropped)."""
+    def add(self, scored: SiftingBatch, out: Any, kept: Kept, n_admitted: int) -> None:
+        """Make the first ``n_admitted`` kept rows of ``scored`` pending (the rest are dropped)."""
 
     @abc.abstractmethod
     def pop(self) -> SiftingBatch | None:
-        """The next full batch, or None while fewer than ``batch_size`` samples wait."""
+        """The next full batch, or None while fewer than ``batch_size`` samples are pending."""
 
     @abc.abstractmethod
-    def waiting(self) -> int:
-        """Samples waiting, restored ones not yet bound excluded."""
+    def num_bound(self) -> int:
+        """Pending samples, restored ones not yet bound excluded."""
 
     @abc.abstractmethod
     def pending_batch(self) -> SiftingBatch | None:
-        """The waiting samples as one batch, for inspection (None if none)."""
+        """The pending samples as one batch, for inspection (None if none)."""
 
     @abc.abstractmethod
     def pending_on_host(self) -> SiftingBatch | None:
-        """The waiting samples with every tensor on the CPU, for checkpoints (None if none)."""
+        """The pending samples with every tensor on the CPU, for checkpoints (None if none)."""
 
     @abc.abstractmethod
     def _insert_restored(self, batch: SiftingBatch) -> None:
@@ -80,10 +80,10 @@ class PendingStore(abc.ABC):
     # -- restored samples ----------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return self.waiting() + (self._restored.size if self._restored is not None else 0)
+        return self.num_bound() + (self._restored.size if self._restored is not None else 0)
 
     def restore(self, saved: SavedBatch) -> None:
-        if self._restored is not None or self.waiting():
+        if self._restored is not None or self.num_bound():
             raise RuntimeError("internal error: restoring into a store that holds samples")
         self._restored = saved
 
@@ -100,7 +100,7 @@ class PendingStore(abc.ABC):
         self._insert_restored(batch)
 
     def saved(self) -> dict | None:
-        """The waiting samples as checkpoint data (plain values, CPU tensors), or None."""
+        """The pending samples as checkpoint data (plain values, CPU tensors), or None."""
         if self._restored is not None:
             return self._restored.state
         return SavedBatch.of(self.pending_on_host())
@@ -123,11 +123,11 @@ class HostPending(PendingStore):
         indices, nonfinite = sifter.read_selection(out)
         return Kept(int(indices.shape[0]), nonfinite, indices)
 
-    def add(self, scored: SiftingBatch, out: Any, kept: Kept, n_held: int) -> None:
+    def add(self, scored: SiftingBatch, out: Any, kept: Kept, n_admitted: int) -> None:
         indices = kept.indices
         assert indices is not None  # read_kept always reads them here
         # The default batch takes the index tensor; a user's SiftingBatch gets Python ints.
-        picked = indices[:n_held] if isinstance(scored, DefaultSiftingBatch) else indices[:n_held].tolist()
+        picked = indices[:n_admitted] if isinstance(scored, DefaultSiftingBatch) else indices[:n_admitted].tolist()
         self._append(scored.select(picked))
 
     def _append(self, piece: SiftingBatch) -> None:
@@ -139,7 +139,7 @@ class HostPending(PendingStore):
     def _insert_restored(self, batch: SiftingBatch) -> None:
         self._append(batch)
 
-    def waiting(self) -> int:
+    def num_bound(self) -> int:
         return self._size
 
     def pop(self) -> SiftingBatch | None:

@@ -4,7 +4,7 @@ from typing import Any
 
 import torch
 
-from neuron_sift.dataloader.scoring import model_device
+from neuron_sift.backends.base import model_device
 from neuron_sift.exceptions import LossOutputException
 
 

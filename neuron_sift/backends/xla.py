@@ -79,8 +79,8 @@ class XlaBackend(Backend):
         return xla_compile_count()
 
     def pending_store(self, batch_size: int, rows_per_add: int, limit: int | None, default_batch: bool) -> PendingStore:
-        """The default batch's tensor fields wait on the device, in buffers of static shape;
-        a batch type of the user's own waits on the host (one read of the kept indices)."""
+        """The default batch's tensor fields are pending on the device, in buffers of static shape;
+        a batch type of the user's own is pending on the host (one read of the kept indices)."""
         if not default_batch:
             return HostPending(batch_size)
         return DevicePending(batch_size, self, rows_per_add, limit)

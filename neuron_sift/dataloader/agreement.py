@@ -1,12 +1,12 @@
-"""How many full batches a rank may emit, and how many kept samples it may hold back.
+"""How many full batches a rank may emit, and how many kept samples it may keep pending.
 
 Why a part of its own: in probabilistic mode each rank keeps a different number of samples,
 so under ``torch.distributed`` the ranks must agree on how many batches to emit or the rank
 with more batches waits forever in DDP's gradient all-reduce. They agree every
 ``sync_every`` scored source batches (about once per emitted batch) and at the end of each
-epoch, with one all-reduce(MIN) of one int64; a rank that keeps more than its peers holds
-back at most ``max_pending`` samples and drops its newest kept samples past that (counted,
-logged). One process, and fixed mode (every rank keeps the same count by construction),
+epoch, with one all-reduce(MIN) of one int64; a rank that keeps more than its peers keeps
+at most ``max_pending`` samples pending and drops its newest kept samples past that
+(counted, logged). One process, and fixed mode (every rank keeps the same count by construction),
 emit whatever is ready and never drop.
 """
 
@@ -27,23 +27,24 @@ class EmissionAgreement:
         self.budget_left = 0  # batches agreed at the last agreement point and not yet emitted
 
     def max_pending(self, batch_size: int | None) -> int | None:
-        """The bound on waiting samples for ``batch_size`` (None while it is unknown)."""
+        """The bound on pending samples for ``batch_size`` (None while it is unknown)."""
         if self.max_pending_arg is not None:
             if batch_size is not None and self.max_pending_arg < batch_size:
                 raise ValueError(f"max_pending={self.max_pending_arg} is below the batch size {batch_size}")
             return self.max_pending_arg
         return None if batch_size is None else 4 * batch_size
 
-    def holdable(self, n_kept: int, waiting: int, batch_size: int) -> int:
-        """How many of ``n_kept`` newly kept samples may wait (the first ones, in source order)."""
+    def admitted(self, n_kept: int, pending: int, batch_size: int) -> int:
+        """How many of ``n_kept`` newly kept samples may join the ``pending`` ones (the first
+        ones, in source order; the rest are dropped)."""
         if not self.coordinated:
             return n_kept
         bound = self.max_pending(batch_size)
         assert bound is not None  # the batch size is known once a batch was scored
-        return max(0, min(n_kept, bound - waiting))
+        return max(0, min(n_kept, bound - pending))
 
     def open_budget(self, ready: int, end_of_epoch: bool) -> int | None:
-        """Batches to emit now, of ``ready`` full ones waiting; None: every ready one.
+        """Batches to emit now, of ``ready`` full ones pending; None: every ready one.
 
         Coordinated ranks emit only at agreement points (the minimum over ranks of their
         ready batches), else 0; the agreed count is kept in ``budget_left`` until every

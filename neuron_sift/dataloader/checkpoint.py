@@ -2,7 +2,7 @@
 
 Each part saves itself under its name: ``loader`` (what must match to load: mode, history
 length, batch size, rank), ``sift_state`` (the engine: loss history, counters, random
-state), ``counts``, ``delay``, ``epoch`` (the epoch's progress), ``agreement`` (the
+state), ``counts``, ``delay``, ``epoch`` (the loader's ``PassPosition``), ``agreement`` (the
 data-parallel agreement in progress) and ``pending`` (kept samples not yet emitted, as
 plain data). Everything loads with ``torch.load(..., weights_only=True)``.
 
@@ -10,20 +10,17 @@ Version 1 (neuron_sift 0.2.0) kept the same values in one flat dict; it is conve
 load. The envelope (``kind``, ``version``, the refusals) is ``neuron_sift.shared.checkpoints``.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from neuron_sift.data_model.saved_batch import SavedBatch, to_cpu
-from neuron_sift.dataloader.epoch_iterator import EpochProgress
+from neuron_sift.dataloader.parts import LoaderParts, PassPosition
 from neuron_sift.engine.state import SiftState
 from neuron_sift.shared.checkpoints import StateFormat
-
-if TYPE_CHECKING:
-    from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
 
 PARTS = ("loader", "sift_state", "counts", "delay", "epoch", "agreement", "pending")
 
 
-def loader_state(sl: "SiftingDataloader") -> dict[str, Any]:
+def loader_state(sl: LoaderParts) -> dict[str, Any]:
     """``SiftingDataloader.state_dict()`` of the loader ``sl`` (see there)."""
     sift_state = to_cpu(sl.sifter.state.tensors())
     return FORMAT.write(
@@ -40,7 +37,7 @@ def loader_state(sl: "SiftingDataloader") -> dict[str, Any]:
             # Its non-finite count is the engine's (in sift_state), not restored from here.
             "counts": sl.counts.as_dict(int(sift_state["num_nonfinite"])),
             "delay": sl.delay.state_dict(),
-            "epoch": sl.progress.state_dict(),
+            "epoch": sl.position.state_dict(),
             "agreement": sl.agreement.state_dict(),
             "pending": sl.pending.saved() if sl.pending is not None else None,
         }
@@ -80,7 +77,7 @@ def epoch_in_progress(state: dict[str, Any]) -> bool:
     return bool(state["epoch"]["in_progress"])
 
 
-def restore_loader_state(sl: "SiftingDataloader", state: dict[str, Any]) -> None:
+def restore_loader_state(sl: LoaderParts, state: dict[str, Any]) -> None:
     """``SiftingDataloader.load_state_dict()`` into the loader ``sl`` (see there)."""
     state = FORMAT.read(state)
     meta = state["loader"]
@@ -104,7 +101,7 @@ def restore_loader_state(sl: "SiftingDataloader", state: dict[str, Any]) -> None
     sl.sifter.state = SiftState(**{k: v.cpu() for k, v in state["sift_state"].items()})  # the sifter places it
     sl.counts.load_state_dict(state["counts"])
     sl.delay.load_state_dict(state["delay"])
-    sl.progress = EpochProgress.from_state(state["epoch"])
+    sl.position = PassPosition.from_state(state["epoch"])
     sl.restore_pending(meta["batch_size"], pending)
 
 

@@ -1,9 +1,9 @@
-"""One epoch of a ``SiftingDataloader``: the iterator that owns the epoch's progress.
+"""One epoch of a ``SiftingDataloader``: the iterator that owns the epoch's position.
 
 Per source batch: transform to a ``SiftingBatch``, score every sample with the user's
-loss in an eval-mode, no-grad forward pass, select (``neuron_sift.engine``), and let the
-kept samples wait in the backend's pending store; every time ``batch_size`` kept samples
-are waiting (or, under data-parallel agreement, as many batches as every rank has), one
+loss in an eval-mode, no-grad forward pass, select (``neuron_sift.engine``), and add the
+kept samples to the backend's pending store; every time ``batch_size`` kept samples are
+pending (or, under data-parallel agreement, as many batches as every rank has), one
 batch is emitted in the user's own format.
 
 The epoch's loop pulls source batches one at a time (``SourceReader``), so its look-ahead
@@ -17,36 +17,17 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from neuron_sift.data_model.data_model_interface import SiftingBatch
+from neuron_sift.dataloader.parts import LoaderParts, PassPosition
 from neuron_sift.dataloader.scoring import check_losses, scoring_mode
 from neuron_sift.exceptions import UnsupportedDataFormatException, add_context
 from neuron_sift.shared.logs import LOADER_LOGGER
 
-if TYPE_CHECKING:
-    from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
-
 logger = logging.getLogger(LOADER_LOGGER)
-
-
-@dataclass
-class EpochProgress:
-    """Where an epoch stands: its number, whether it is under way, source batches fully counted."""
-
-    epoch: int = 0
-    in_progress: bool = False
-    consumed: int = 0
-
-    def state_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_state(cls, state: dict) -> "EpochProgress":
-        return cls(int(state["epoch"]), bool(state["in_progress"]), int(state["consumed"]))
 
 
 class SourceReader:
@@ -93,18 +74,22 @@ class SourceReader:
 class SiftingEpoch:
     """Iterates one epoch (or the rest of a resumed one) of ``loader``.
 
+    ``number``: this iteration's number from ``loader.iterations``; a newer ``iter()`` or
+    a ``load_state_dict()`` voids it. The loader keeps only the number, never the
+    iterator, so an abandoned epoch (and its DataLoader workers) is freed with it.
     ``skip``: source batches a checkpoint had already consumed (loaded, not scored);
     ``planned``: the batches this epoch emits when known in advance (fixed mode), which
     fixes the point of the look-ahead.
     """
 
-    def __init__(self, loader: "SiftingDataloader", progress: EpochProgress, skip: int, planned: int | None):
+    def __init__(self, loader: LoaderParts, number: int, position: PassPosition, skip: int, planned: int | None):
         self.loader = loader
-        self.progress = progress
+        self.number = number
+        self.position = position
         self.skip = skip
         self.planned = planned
         self.emitted = 0
-        self._sources = SourceReader(loader.orig_dataloader, progress.epoch)
+        self._sources = SourceReader(loader.orig_dataloader, position.epoch)
         self._batches = self._run()
 
     def __iter__(self) -> "SiftingEpoch":
@@ -127,28 +112,25 @@ class SiftingEpoch:
                 if index < self.skip:  # resuming mid-epoch: consumed before the checkpoint
                     like = item
                     continue
-                if not sl.is_active(self):
-                    raise RuntimeError(
-                        "SiftingDataloader: a new iteration was started; this iterator is no longer valid"
-                    )
+                sl.iterations.check(self.number)
                 if like is not None:
                     yield from self._resume_emission(*like)
                     like = None
                 if sl.delay.take():
                     sl.counts.delayed(self._count_delayed(source, index))
-                    self.progress.consumed = index + 1
+                    self.position.consumed = index + 1
                     self._before_yield()
                     yield source
                     continue
                 start = time.perf_counter()
                 self._sift(source, index)
                 yield from self._emit(start)
-            if sl.is_active(self):
+            if sl.iterations.is_current(self.number):
                 if like is not None:
                     yield from self._resume_emission(*like)  # every source batch was consumed
                 if sl.agreement.coordinated:  # the last agreement of the epoch: every rank ends even
                     yield from self._emit(time.perf_counter(), end_of_epoch=True)
-                self.progress.in_progress = False
+                self.position.in_progress = False
                 sl.nonfinite_notice.flush()
                 sl.drop_notice.flush()
         finally:  # do not hold the source iterator (and its DataLoader workers) past the epoch
@@ -178,7 +160,7 @@ class SiftingEpoch:
         sl = self.loader
         if sl.pending is None or not sl.pending.has_unbound:
             return
-        transformed = self._transform(like, f"source batch {index} of epoch {self.progress.epoch} (resume)")
+        transformed = self._transform(like, f"source batch {index} of epoch {self.position.epoch} (resume)")
         if not isinstance(transformed, SiftingBatch) or len(transformed) == 0 or sl.batch_size is None:
             return
         sl.pending.bind(transformed)
@@ -194,12 +176,12 @@ class SiftingEpoch:
             raise
 
     def _count_delayed(self, source: Any, index: int) -> int:
-        return len(self._transform(source, f"source batch {index} of epoch {self.progress.epoch} (sift_delay)"))
+        return len(self._transform(source, f"source batch {index} of epoch {self.position.epoch} (sift_delay)"))
 
     def _sift(self, source: Any, index: int) -> None:
-        """Score and select one source batch; its kept samples wait in the pending store."""
+        """Score and select one source batch; its kept samples join the pending store."""
         sl = self.loader
-        where = f"source batch {index} of epoch {self.progress.epoch}"
+        where = f"source batch {index} of epoch {self.position.epoch}"
         transformed = self._transform(source, where)
         if not isinstance(transformed, SiftingBatch):
             raise UnsupportedDataFormatException(
@@ -210,7 +192,7 @@ class SiftingEpoch:
         counts = sl.counts
         counts.num_source_batches += 1
         if n == 0:
-            self.progress.consumed = index + 1
+            self.position.consumed = index + 1
             return
         store = sl.pending_store_for(transformed)
         b = sl.batch_size
@@ -224,14 +206,14 @@ class SiftingEpoch:
             raise
         out = sl.phases.run("should_sift", sl.sifter.step, losses, n, b)
         kept = sl.phases.run("sift", store.read_kept, sl.sifter, scored, out, n)
-        n_held = sl.agreement.holdable(kept.count, len(store), b)
+        n_admitted = sl.agreement.admitted(kept.count, len(store), b)
         with self._context(f"accumulating the kept samples of {where}"):
-            sl.phases.run("accumulate", store.add, scored, out, kept, n_held)
-        counts.scored(n, kept.count, n_held)
-        self.progress.consumed = index + 1
+            sl.phases.run("accumulate", store.add, scored, out, kept, n_admitted)
+        counts.scored(n, kept.count, n_admitted)
+        self.position.consumed = index + 1
         sl.nonfinite_notice.report(kept.nonfinite, where)
         if sl.agreement.coordinated:
-            sl.drop_notice.report(kept.count - n_held, where)
+            sl.drop_notice.report(kept.count - n_admitted, where)
         if sl.log_batch_data:  # costly: reads losses and the selection back to the host
             values = sl.backend.to_host(losses.float())[:n]
             indices = kept.indices
@@ -273,7 +255,7 @@ class SiftingEpoch:
             budget = sl.agreement.open_budget((len(store) if store is not None else 0) // b, end_of_epoch)
         counts = sl.counts
         while budget is None or budget > 0:
-            last = f"source batch {self.progress.consumed - 1} of epoch {self.progress.epoch}"
+            last = f"source batch {self.position.consumed - 1} of epoch {self.position.epoch}"
             with self._context(f"joining the kept samples (the last ones from {last})"):
                 batch = store.pop() if store is not None else None
             if batch is None:

@@ -41,7 +41,7 @@ def plan_epochs(
     """Batches each of the next ``epochs`` epochs emits, and the source samples they score.
 
     ``sizes``: the source batches of one epoch (``source_batch_sizes``); ``delay_progress``:
-    delayed source batches already passed; ``pending``: kept samples waiting now.
+    delayed source batches already passed; ``pending``: kept samples pending now.
     ``resume_at``: the first planned epoch is a resumed one whose first ``resume_at``
     source batches were consumed before the checkpoint; its count is then what is left of
     it (the delay is not restarted, the checkpoint's pending samples count).

@@ -8,14 +8,6 @@ from neuron_sift.backends.base import Backend
 from neuron_sift.exceptions import LossOutputException
 
 
-def model_device(model: torch.nn.Module) -> torch.device:
-    for p in model.parameters():
-        return p.device
-    for b in model.buffers():
-        return b.device
-    return torch.device("cpu")
-
-
 class scoring_mode:
     """Eval mode and no gradients for the scoring pass; every module's mode is restored.
 

@@ -2,11 +2,12 @@
 
 The loader object keeps the arguments, ``len`` and the state API; its parts do the work,
 each with one job and its own ``state_dict``: the per-epoch iterator (``epoch_iterator.py``:
-progress, look-ahead, scoring, emission), the engine (``engine.Sifter``: the loss history
-and the selection step), the backend's pending store (``backends/pending.py``: kept
-samples waiting for a full batch), the data-parallel agreement (``agreement.py``), the
-delay (``delay.py``) and the counts (``counts.py``). The checkpoint is their composition
-plus a version (``checkpoint.py``).
+look-ahead, scoring, emission), the pass position (``parts.PassPosition``), the engine
+(``engine.Sifter``: the loss history and the selection step), the backend's pending store
+(``backends/pending.py``: kept samples pending until a full batch), the data-parallel
+agreement (``agreement.py``), the delay (``delay.py``) and the counts (``counts.py``).
+The checkpoint is their composition plus a version (``checkpoint.py``). The iterator and
+the checkpoint see the loader through ``parts.LoaderParts``.
 
 Counting rules (see README): ``sift_delay`` counts source batches from the start of
 training, which during the delay are passed through unchanged and so are training steps
@@ -17,13 +18,13 @@ samples would pass ``max_pending`` (counted, logged; see ``SiftingCounts``).
 """
 
 import logging
-import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
 from neuron_sift.backends import resolve_backend
+from neuron_sift.backends.base import model_device
 from neuron_sift.backends.pending import PendingStore
 from neuron_sift.data_model.data_model_interface import SiftingBatch, check_batch_transform
 from neuron_sift.data_model.default_batch import DefaultBatchTransform, DefaultSiftingBatch
@@ -32,16 +33,17 @@ from neuron_sift.dataloader.agreement import EmissionAgreement
 from neuron_sift.dataloader.checkpoint import loader_state, restore_loader_state
 from neuron_sift.dataloader.counts import SiftingCounts
 from neuron_sift.dataloader.delay import SiftDelay
-from neuron_sift.dataloader.epoch_iterator import EpochProgress, SiftingEpoch
+from neuron_sift.dataloader.epoch_iterator import SiftingEpoch
 from neuron_sift.dataloader.notices import drop_notice, nonfinite_notice
+from neuron_sift.dataloader.parts import PassPosition
 from neuron_sift.dataloader.planning import plan_epochs, source_batch_sizes
-from neuron_sift.dataloader.scoring import model_device
 from neuron_sift.engine.sifter import Sifter
 from neuron_sift.loss.abstract_sift_loss_module import resolve_loss_fn
 from neuron_sift.shared.counts import PhaseTimings
+from neuron_sift.shared.iterators import IteratorGeneration
 from neuron_sift.shared.logs import LOADER_LOGGER
 from neuron_sift.shared.ranks import RankGroup
-from neuron_sift.shared.sources import first_batch_size, sampler_info, underlying_dataloader
+from neuron_sift.shared.sources import batch_settings, first_batch_size, underlying_dataloader
 from neuron_sift.sift_config.sift_configs import coerce_sift_config
 
 logger = logging.getLogger(LOADER_LOGGER)
@@ -77,7 +79,7 @@ class SiftingDataloader:
         distributed: None follows ``torch.distributed`` (the ranks agree on equal steps when a
             process group is initialised); False opts out.
         max_pending: probabilistic mode under data-parallel agreement: the most kept samples a
-            rank holds back (None: four batches); newly kept samples beyond it are dropped and
+            rank keeps pending (None: four batches); newly kept samples beyond it are dropped and
             counted.
 
     Iterating yields batches of exactly ``batch_size`` kept samples in the source loader's own
@@ -127,9 +129,8 @@ class SiftingDataloader:
         self.log_batch_data = log_batch_data
         self.log_batch_contents = log_batch_contents
         self._planning_loader = underlying_dataloader(orig_dataloader)
-        info = sampler_info(self._planning_loader)
-        nominal = info[0] if info is not None else getattr(self._planning_loader, "batch_size", None)
-        self._batch_size: int | None = nominal if isinstance(nominal, int) and nominal > 0 else None
+        nominal = batch_settings(self._planning_loader).batch_size
+        self._batch_size: int | None = nominal if nominal is not None and nominal > 0 else None
         if batch_transforms is None:
             self.batch_transforms = DefaultBatchTransform(self._first_batch_size(), batch_format_index)
         else:
@@ -145,9 +146,9 @@ class SiftingDataloader:
         base = self.sift_config.base_config
         self.delay = SiftDelay(base.sift_delay, base.repeat_delay_per_epoch)
         self.pending: PendingStore | None = None  # made by the backend at the first scored batch
-        self.progress = EpochProgress()
+        self.position = PassPosition()
         self._resume = False  # load_state_dict() of a checkpoint taken mid-epoch: the next iter() continues it
-        self._active: Callable[[], SiftingEpoch | None] = lambda: None
+        self.iterations = IteratorGeneration("SiftingDataloader")
         self.nonfinite_notice, self.drop_notice = nonfinite_notice(logger), drop_notice(logger)
         self.phases = PhaseTimings(logger)
         # Host seconds and calls per phase: transform, calculate_relevance_values (the
@@ -183,12 +184,12 @@ class SiftingDataloader:
 
     @property
     def epoch(self) -> int:
-        return self.progress.epoch
+        return self.position.epoch
 
     @property
     def max_pending(self) -> int | None:
-        """The most kept samples a rank holds back under data-parallel agreement (probabilistic
-        mode); None until the batch size is known."""
+        """The most kept samples a rank keeps pending under data-parallel agreement
+        (probabilistic mode); None until the batch size is known."""
         return self.agreement.max_pending(self._batch_size)
 
     def __len__(self) -> int:
@@ -214,7 +215,10 @@ class SiftingDataloader:
 
     @property
     def length_is_exact(self) -> bool:
-        """Whether ``len(loader)`` is exact (fixed mode) rather than an expectation."""
+        """Whether ``len(loader)`` is meant as an exact count rather than an expectation: True
+        in fixed mode, which keeps a known number of every source batch. Read from the
+        selection mode alone: the count is exact only when the source yields the batches its
+        sampler plans (as a DataLoader over a sized dataset does), which is not checked here."""
         return self.selection_mode == "fixed"
 
     # -- iteration ---------------------------------------------------------------------
@@ -226,19 +230,13 @@ class SiftingDataloader:
         ``len(loader)`` batches of a resumed epoch with nothing left (``len() == 0``) still
         ends that epoch, and its next ``iter()`` starts the next one.
         """
-        skip = self.progress.consumed if self._resume else 0
+        skip = self.position.consumed if self._resume else 0
         if not self._resume:
-            self.progress = EpochProgress(self.progress.epoch + 1, True, 0)
+            self.position = PassPosition(self.position.epoch + 1, True, 0)
             self.delay.new_epoch()
         self._resume = False
-        epoch = SiftingEpoch(self, self.progress, skip, self._exact_epoch_plan(skip))
-        self._active = weakref.ref(epoch)  # the loader does not keep an abandoned epoch (or its workers) alive
-        return epoch
-
-    def is_active(self, epoch: SiftingEpoch) -> bool:
-        """Whether ``epoch`` is the latest iteration (an older one, or one from before
-        ``load_state_dict()``, is void)."""
-        return self._active() is epoch
+        planned = self._exact_epoch_plan(skip)
+        return SiftingEpoch(self, self.iterations.start(), self.position, skip, planned)
 
     def _exact_epoch_plan(self, skip: int) -> int | None:
         """This epoch's exact batch count (what is left of it after ``skip`` consumed source
@@ -291,7 +289,7 @@ class SiftingDataloader:
             ValueError: ``epochs`` is not an int >= 1.
             SiftConfigValidationException: fixed mode would keep no sample of a batch.
         """
-        return self._plan(epochs, self.progress.consumed if self._resume else 0)
+        return self._plan(epochs, self.position.consumed if self._resume else 0)
 
     def _plan(self, epochs: int, resume_at: int) -> tuple[list[int], int]:
         sizes = source_batch_sizes(self._planning_loader, self._batch_size)
@@ -343,11 +341,11 @@ class SiftingDataloader:
                 inconsistent state.
         """
         restore_loader_state(self, state)
-        self._active = lambda: None  # iterators started before loading are void
-        self._resume = self.progress.in_progress
+        self.iterations.void_all()
+        self._resume = self.position.in_progress
 
     def restore_pending(self, batch_size: int | None, saved: dict | None) -> None:
-        """Part of ``load_state_dict``: the batch size and the checkpoint's waiting samples."""
+        """Part of ``load_state_dict``: the batch size and the checkpoint's pending samples."""
         self._batch_size = batch_size
         if batch_size is not None and isinstance(self.batch_transforms, DefaultBatchTransform):
             self.batch_transforms.nominal_batch_size = self._first_batch_size()
@@ -361,7 +359,7 @@ class SiftingDataloader:
 
     @property
     def num_pending(self) -> int:
-        """Kept samples waiting for a full batch (carried into the next epoch)."""
+        """Kept samples pending until a full batch (carried into the next epoch)."""
         return len(self.pending) if self.pending is not None else 0
 
     def pending_batch(self) -> SiftingBatch | None:
@@ -386,17 +384,17 @@ class SiftingDataloader:
         Returns:
             A dict: the fields of ``counts``, ``history_fill``, the device counters
             (``device_num_scored``, ``device_num_kept``, ``device_num_nonfinite``), ``timings``
-            (seconds and calls per phase), ``machinery_seconds`` and ``kept_share``.
+            (seconds and calls per phase), ``machinery_seconds`` and ``observed_kept_share``
+            (kept / seen so far; also under its old name ``kept_share`` for one release, the
+            name of ``EpochSiftConfig``'s setting).
         """
         fill, scored, kept, nonfinite = self.sifter.read_counters()
-        out = self.counts.as_dict(nonfinite)
+        out: dict[str, Any] = self.counts.as_dict(nonfinite)
         out["history_fill"] = fill
         out["device_num_scored"] = scored
         out["device_num_kept"] = kept
         out["device_num_nonfinite"] = nonfinite
         out["timings"] = self.phases.as_dict()
         out["machinery_seconds"] = self.machinery_seconds
-        out["kept_share"] = (
-            out["num_orig_samples_kept"] / out["num_orig_samples_seen"] if out["num_orig_samples_seen"] else 0.0
-        )
+        out["observed_kept_share"] = out["kept_share"] = self.counts.observed_kept_share
         return out

@@ -11,8 +11,8 @@ measures what that saves (its ``host`` and ``torch`` engines on the eager backen
 
 Why not a third: the extension is optional, so an install without a C compiler lacks it.
 There the torch step runs on the CPU instead, which already gives the same selections;
-``host_kernels_available()`` tells the backend which of the two to run, and a
-``HostSiftState`` cannot be made without the kernels.
+``host_kernels_available()`` tells the engine (``sifter.py``) which of the two to run,
+and a ``HostSiftState`` cannot be made without the kernels.
 
 Bit-exact with ``engine.step.sift_step`` (tests/neuron_sift/engine/test_cpu_step.py):
 the counts, the hash random numbers and the ring buffer are integer arithmetic; the
@@ -20,8 +20,9 @@ percentile is the same float32 division; the transcendental steps (``pct ** beta
 logs of the fixed mode's Gumbel draw) and ``topk`` (whose tie order decides between equal
 scores) are computed by the very same torch ops on the same shapes.
 
-Only for CPU tensors; the eager backend uses it on the CPU when the extension was built,
-the torch step runs everywhere else (CUDA, XLA, and the CPU without the extension).
+Only for CPU tensors; the engine runs it where the backend's device is the CPU and the
+extension was built, the torch step everywhere else (CUDA, XLA, and the CPU without the
+extension).
 """
 
 from dataclasses import dataclass, field, fields

@@ -6,7 +6,7 @@ import torch
 
 import neuron_sift.engine.step as step_module
 from neuron_sift.backends.base import Backend
-from neuron_sift.engine.cpu_step import HostSiftState, HostStepOutput, sift_step_cpu
+from neuron_sift.engine.cpu_step import HostSiftState, HostStepOutput, host_kernels_available, sift_step_cpu
 from neuron_sift.engine.state import SiftState
 from neuron_sift.engine.step import StepConstants, StepOutput, flat_inputs, flat_step, from_flat, sift_step
 from neuron_sift.exceptions import SiftConfigValidationException
@@ -40,12 +40,14 @@ class Sifter:
         if ranks is not None and ranks.active:
             # Ranks usually share one seed; their draws must still be independent.
             seed = int(seed) * 1_000_003 + 7919 * (ranks.rank + 1)
-        # The backend says where the step runs: on the host (C kernels) for a CPU model, the
-        # torch step elsewhere. ``host_step`` overrides it (benchmarks/machinery.py and the
-        # tests compare the two); True needs a backend that can run it.
-        if host_step and not backend.can_run_step_on_host:
+        # The backend says whether the step should run on the host (a CPU model), the C
+        # kernels whether it can; the torch step runs everywhere else. ``host_step``
+        # overrides it (benchmarks/machinery.py and the tests compare the two); True needs
+        # a device and a build that can run it.
+        can_host = backend.can_run_step_on_host and host_kernels_available()
+        if host_step and not can_host:
             raise ValueError(f"host_step=True needs a CPU device and the C kernels, not {backend.device}")
-        self._on_host = backend.runs_step_on_host if host_step is None else bool(host_step)
+        self._on_host = (can_host and backend.runs_step_on_host) if host_step is None else bool(host_step)
         self._device_state: SiftState | None = None
         self._host_state: HostSiftState | None = None
         self._consts: dict[int, StepConstants] = {}  # per padded batch size (device step)

@@ -1,8 +1,9 @@
 """Epoch-level sifting: plan each epoch from the losses training already computed.
 
-Thin parts, one job each (the architecture's layer 4, epoch-level kind):
+Thin parts, one job each:
 
-- ``policy``, ``host_policy``: scores -> keep probabilities -> loss weights (pure functions);
+- ``policy``: scores -> keep probabilities -> inclusion probabilities -> loss weights (the
+  pure functions the planner runs on the host);
 - ``planner``: which samples each epoch trains on, in what order, on which rank, and every
   count derived from that (``len()``, ``planned_steps()``);
 - ``opening``: the one point per epoch where scores reach the host, merge and become a plan;
@@ -10,8 +11,9 @@ Thin parts, one job each (the architecture's layer 4, epoch-level kind):
 - ``tables``: the score and weight tables, where the backend keeps state;
 - ``shares``: each rank's share of the scores and their merge;
 - ``guard``: the label-noise guard's streaks;
-- ``pairing``: losses paired with the sample ids of their batch;
-- ``history``: the record of planned epochs and the metrics snapshot;
+- ``pairing``: losses paired with the sample ids of their batch, and the counts of pairs;
+- ``history``: the record of planned epochs and the phase timings;
+- ``report``: the ``metrics()`` snapshot over the parts;
 - ``sampling``: the user's sampler read as the samples a plan may draw and their order;
 - ``source``: the user's DataLoader rebuilt around the planned batch sampler;
 - ``checkpoint``: the versioned composition of the parts' states;
@@ -20,6 +22,14 @@ Thin parts, one job each (the architecture's layer 4, epoch-level kind):
 
 from neuron_sift.epoch.loader import EpochSiftingDataloader
 from neuron_sift.epoch.planner import EpochPlan, EpochPlanner
-from neuron_sift.epoch.policy import keep_priorities, loss_weights, scale_to_count
+from neuron_sift.epoch.policy import keep_priorities, loss_weights, percentile_of_all, scale_to_count
 
-__all__ = ["EpochPlan", "EpochPlanner", "EpochSiftingDataloader", "keep_priorities", "loss_weights", "scale_to_count"]
+__all__ = [
+    "EpochPlan",
+    "EpochPlanner",
+    "EpochSiftingDataloader",
+    "keep_priorities",
+    "loss_weights",
+    "percentile_of_all",
+    "scale_to_count",
+]

@@ -1,9 +1,5 @@
-"""The epoch loader's checkpoint: each part's own ``state_dict`` under its name, plus a
-version.
-
-Why a version: a checkpoint outlives the code that wrote it. A state names its layout, so
-a loader either reads it exactly (converting an older layout it knows) or refuses it
-saying which version it got and which it reads; never a half-understood resume.
+"""The epoch loader's checkpoint: each part's own ``state_dict`` under its name, in the
+package's envelope (``neuron_sift.shared.checkpoints``: kind, version, refusals, upgrades).
 
 Version 2 (current)::
 
@@ -19,7 +15,8 @@ Version 2 (current)::
      "guard":    {"streak"},
      "pairing":  {"losses_recorded", "batches_recorded", "batches_skipped", "batches_yielded",
                   "dropped_batches"},  # batches_skipped is newer: a state without it skipped none
-     "history":  {"epochs": [one dict per planned epoch]}}
+     "history":  {"epochs": [one dict per planned epoch]}}  # "observed_kept_share" is newer:
+                                                             # read from "kept_share" when absent
 
 Version 1 (one flat dict, written before the loader was split into parts) is converted:
 the same values, regrouped; it kept no count of unpaired batches, so that count restarts

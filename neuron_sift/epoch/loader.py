@@ -13,7 +13,8 @@ own, with its own ``state_dict``: the planner (``planner.py``), the per-epoch it
 (``progress.py``), the opening of an epoch (``opening.py``), the score tables
 (``tables.py``), the ranks' shares (``shares.py``), the noise guard (``guard.py``), the
 pairing (``pairing.py``) and the record of epochs (``history.py``). The checkpoint is
-their composition plus a version (``checkpoint.py``).
+their composition in the package's envelope (``checkpoint.py``); ``metrics()`` is
+``report.py``'s snapshot of them.
 """
 
 import time
@@ -27,11 +28,12 @@ from neuron_sift.backends.base import Backend
 from neuron_sift.epoch.checkpoint import FORMAT as STATE_FORMAT
 from neuron_sift.epoch.checkpoint import STATE_VERSION
 from neuron_sift.epoch.guard import NoiseGuard
-from neuron_sift.epoch.history import EpochHistory, epoch_report
+from neuron_sift.epoch.history import EpochHistory
 from neuron_sift.epoch.opening import EpochOpener
 from neuron_sift.epoch.pairing import PairingQueue, as_per_sample
 from neuron_sift.epoch.planner import EpochPlan, EpochPlanner
 from neuron_sift.epoch.progress import EpochProgress
+from neuron_sift.epoch.report import epoch_report
 from neuron_sift.epoch.sampling import check_same_on_every_rank, read_sampling
 from neuron_sift.epoch.shares import RankShares
 from neuron_sift.epoch.source import PlannedBatchSampler, inspect_source, rebuild
@@ -47,24 +49,20 @@ __all__ = ["EpochSiftingDataloader", "STATE_VERSION"]
 class EpochSiftingDataloader:
     """Yields the user's own batches of the samples each epoch's plan keeps.
 
-    ``sift_config``: an ``EpochSiftConfig`` or dict. ``orig_dataloader``: a DataLoader over a
-    map-style dataset (or a wrapper such as ``MpDeviceLoader`` around one); its settings are
-    kept, its sampling is replaced by the plan, which draws only from the samples its sampler
-    can yield (``sampling.py``). ``num_epochs``: the run's length in epochs
-    (needed for annealing and ``planned_steps()``; None: no annealing epochs).
-    ``backend`` (``"eager"``, ``"xla"`` or None: follow the losses' device),
-    ``distributed`` (None: follow ``torch.distributed``; True/False) as in
-    ``SiftingDataloader``. ``device``: where the score tables live (default: the device of
-    the first losses passed to ``weighted_loss``); also the collective device for nccl.
-
     Args:
         sift_config: an ``EpochSiftConfig`` or an equivalent dict.
         orig_dataloader: a ``torch.utils.data.DataLoader`` over a map-style dataset with a
-            length and a batch size (or a wrapper such as ``MpDeviceLoader`` around one).
-        num_epochs: the run's length in epochs (int >= 1), or None.
-        backend: ``"eager"``, ``"compiled"``, ``"xla"`` or None to follow the losses' device.
+            length and a batch size (or wrappers around one: torch-xla's ``MpDeviceLoader``,
+            accelerate's prepared loaders). Its settings are kept; its sampling is replaced
+            by the plan, which draws only from the samples its sampler can yield
+            (``sampling.py``).
+        num_epochs: the run's length in epochs (int >= 1), needed for annealing and
+            ``planned_steps()``; None: no annealing epochs.
+        backend: one of ``neuron_sift.backends.BACKEND_NAMES`` (``"eager"``, ``"compiled"``,
+            ``"xla"``), or None to follow the device of the losses, as in ``SiftingDataloader``.
         distributed: None follows ``torch.distributed``; True or False forces it.
-        device: where the score tables live; None places them with the first losses.
+        device: where the score tables live (also the collective device for nccl); None
+            places them with the first losses passed to ``weighted_loss``.
         lookahead: the most batches the training loop holds yielded but without their losses
             (an int >= 1), or None to learn it from the loop (see ``skip_batch``): give it when
             a wrapper around the loader prefetches a varying number of batches.
@@ -131,12 +129,11 @@ class EpochSiftingDataloader:
         self.pairing = PairingQueue(lookahead)
         self.shares = RankShares(self.n, self.ranks)
         self.guard = NoiseGuard(self.sift_config, self.n)
-        self.epoch_log = EpochHistory(
-            self.planner.m, self.planner.trained_ids
-        )  # kept shares are of the samples plans draw from
+        # The record of epochs, read as the list of its entries; kept shares are of the samples plans draw from.
+        self.history = EpochHistory(self.planner.m, self.planner.trained_ids)
         self._sampler = PlannedBatchSampler()
         self._loader = rebuild(orig_dataloader, self._info, self._sampler)
-        self.opener = EpochOpener(self.planner, self.tables, self.shares, self.guard, self.epoch_log)
+        self.opener = EpochOpener(self.planner, self.tables, self.shares, self.guard, self.history)
         self.progress = EpochProgress(self._loader, self._sampler, self.planner, self.opener, self.pairing)
 
     # -- properties ----------------------------------------------------------------------
@@ -167,24 +164,21 @@ class EpochSiftingDataloader:
         return self.progress.resuming
 
     @property
-    def history(self) -> list[dict[str, Any]]:
-        """One entry per planned epoch: kind, kept count and share, weights, batches."""
-        return self.epoch_log.entries
-
-    @property
     def counts(self) -> dict[str, int]:
         """Losses and batches recorded, batches skipped (``skip_batch``), batches yielded."""
         return self.pairing.counts
 
     @property
-    def timings(self) -> dict[str, float]:
-        return self.epoch_log.timings
+    def timings(self) -> dict[str, dict[str, float]]:
+        """Host seconds and calls of each phase (``planning``, ``weighted_loss``), as the
+        per-batch loader's ``metrics()["timings"]``."""
+        return self.history.timings.as_dict()
 
     @property
     def length_is_exact(self) -> bool:
         """Whether ``len()`` and ``planned_steps()`` are exact before each epoch starts: with a
-        budget (``kept_share``), or when no epoch is sifted."""
-        return self.sift_config.kept_share is not None
+        budget (``kept_share``), or when no epoch of ``num_epochs`` is sifted."""
+        return self.sift_config.kept_share is not None or not self.planner.sifts()
 
     def __len__(self) -> int:
         """This rank's batches of the current epoch while it runs (the remaining ones when a
@@ -210,7 +204,7 @@ class EpochSiftingDataloader:
                 not an int >= 1.
         """
         progress = self.progress
-        return self.planner.planned_steps(
+        return self.planner.steps_left(
             progress.epochs_started, progress.left_in_current(), epochs, open_epoch=progress.is_open()
         )
 
@@ -241,7 +235,7 @@ class EpochSiftingDataloader:
     def iter_epoch(self, carry_pending: bool = False) -> Iterator[Any]:
         """``iter(loader)``; with ``carry_pending=True`` the previous epoch's batches still
         waiting for their losses stay first in line: for wrappers that prefetch across
-        epochs (``integrations.epoch_trainer.EpochStream``)."""
+        epochs (``integrations.schedules.ExactLengthLoader``)."""
         return self.progress.iterate(carry_pending)
 
     # -- the loss ------------------------------------------------------------------------
@@ -285,11 +279,11 @@ class EpochSiftingDataloader:
                 f"weighted_loss got losses on {device} but the score tables live on {self.tables.device}"
             )
         taken = self.pairing.take(per_sample, per_sample.shape[0], partial)
-        out = self.tables.weighted_mean(taken.ids, per_sample, taken.tag, taken.batch_size)
-        if taken.tag != self.progress.epochs_started:  # a batch carried from the previous epoch
+        out = self.tables.weighted_mean(taken.ids, per_sample, taken.epoch, taken.batch_size)
+        if taken.epoch != self.progress.current_epoch:  # a batch carried from the previous epoch
             self.shares.carried_over(taken.ids)
-        self.progress.recorded(taken.tag, taken.done)
-        self.epoch_log.spent("weighted_loss", time.perf_counter() - start)
+        self.progress.recorded(taken.epoch, taken.done)
+        self.history.spent("weighted_loss", time.perf_counter() - start)
         return out
 
     def skip_batch(self) -> None:
@@ -328,7 +322,7 @@ class EpochSiftingDataloader:
                 "shares": self.shares.state_dict(),
                 "guard": self.guard.state_dict(),
                 "pairing": self.pairing.state_dict(),
-                "history": self.epoch_log.state_dict(),
+                "history": self.history.state_dict(),
             }
         )
 
@@ -344,14 +338,15 @@ class EpochSiftingDataloader:
                 read, or one taken with other settings.
         """
         state = STATE_FORMAT.read(state)
+        self.pairing.check_state(state["pairing"])
         self.planner.load_state_dict(state["planner"])  # refuses another setup before any change
         self.progress.load_state_dict(state["progress"])
         self.tables.load_state_dict(state["tables"])
-        self.opener.restore(self.progress.plan, self.progress.epochs_started)
+        self.opener.restore(self.progress.plan, self.progress.current_epoch)
         self.shares.load_state_dict(state["shares"])
         self.guard.load_state_dict(state["guard"])
         self.pairing.load_state_dict(state["pairing"])
-        self.epoch_log.load_state_dict(state["history"])
+        self.history.load_state_dict(state["history"])
 
     # -- inspection ----------------------------------------------------------------------
 
@@ -359,8 +354,10 @@ class EpochSiftingDataloader:
     def machinery_seconds(self) -> float:
         """Host seconds in sifting's own work: planning plus ``weighted_loss`` (which includes
         the weighted mean the loop would compute anyway)."""
-        return self.epoch_log.machinery_seconds
+        return self.history.machinery_seconds
 
     def metrics(self) -> dict[str, Any]:
-        """Counts, the current plan and the table (one host read of the scores on a device)."""
-        return epoch_report(self.epoch_log, self.progress, self.pairing, self.tables)
+        """Counts, the current plan and the table (one host read of the scores on a device):
+        ``report.epoch_report``. ``observed_kept_share`` is the share the current epoch
+        trains; ``kept_share`` is its alias for one release."""
+        return epoch_report(self.history, self.progress, self.pairing, self.tables)

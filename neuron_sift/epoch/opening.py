@@ -60,13 +60,14 @@ class EpochOpener:
         else:
             scores = torch.full((planner.n,), float("nan"))
         plan = planner.plan(epoch, scores, self.guard.excluded())
-        self.tables.set_weights(plan.weights, epoch + 1)
+        self.tables.set_weights(plan.weights, epoch)
         batches = planner.rank_batches_of(plan)
         self.shares.planned(batches)
         self.history.planned(plan, len(batches), time.perf_counter() - start)
         return plan, batches
 
-    def restore(self, plan: EpochPlan | None, epochs_started: int) -> None:
-        """A checkpoint's plan in progress: its weights apply again to the batches still to come."""
+    def restore(self, plan: EpochPlan | None, epoch: int) -> None:
+        """A checkpoint's plan in progress, of ``epoch`` (0-based): its weights apply again to
+        the batches still to come."""
         if plan is not None:
-            self.tables.set_weights(plan.weights, epochs_started)
+            self.tables.set_weights(plan.weights, epoch)

@@ -49,11 +49,24 @@ import numpy as np
 import torch
 
 from neuron_sift.exceptions import LossOutputException
+from neuron_sift.shared.checkpoints import require
+from neuron_sift.shared.counts import CountSet
 from neuron_sift.shared.logs import EPOCH_LOGGER
 
 logger = logging.getLogger(EPOCH_LOGGER)
 
-COUNTS = ("losses_recorded", "batches_recorded", "batches_skipped", "batches_yielded")
+
+@dataclass
+class PairingCounts(CountSet):
+    """The pairs made: losses and batches recorded, batches skipped and yielded."""
+
+    NEWER = ("batches_skipped",)  # a state from before skip_batch() skipped none
+    IGNORED = ("dropped_batches",)  # saved beside the counts, restored by the queue itself
+
+    losses_recorded: int = 0
+    batches_recorded: int = 0
+    batches_skipped: int = 0
+    batches_yielded: int = 0
 
 
 def as_per_sample(per_sample: Any) -> torch.Tensor:
@@ -90,23 +103,23 @@ class Waiting:
     """A yielded batch still waiting for (some of) its losses."""
 
     ids: np.ndarray
-    tag: int  # the epoch's tag (epochs started when it was yielded): 1 + its 0-based index
+    epoch: int  # the 0-based index of the epoch it was yielded in
     index: int  # its 0-based index among this rank's batches of that epoch
     offset: int = 0  # samples whose losses are recorded
 
     def where(self) -> str:
-        return f"batch {self.index} of epoch {self.tag - 1} (0-based)"
+        return f"batch {self.index} of epoch {self.epoch} (0-based)"
 
 
 @dataclass
 class Taken:
     """What one ``weighted_loss`` call pairs with: the ids, their batch's size, whether the
-    batch is now complete, and its epoch tag."""
+    batch is now complete, and the epoch it was yielded in (0-based)."""
 
     ids: np.ndarray
     batch_size: int
     done: bool
-    tag: int
+    epoch: int
 
 
 class PairingQueue:
@@ -116,7 +129,7 @@ class PairingQueue:
         self._queue: deque[Waiting] = deque()
         self._lock = threading.Lock()
         self._last: weakref.ref[Any] | None = None
-        self._counts: dict[str, int] = dict.fromkeys(COUNTS, 0)
+        self._counts = PairingCounts()
         self.dropped_batches = 0  # yielded but never paired (counted when an epoch restarts)
         self.lookahead = check_lookahead(lookahead)
         self._learned = 0  # the deepest queue seen while learning the look-ahead
@@ -129,7 +142,7 @@ class PairingQueue:
     def counts(self) -> dict[str, int]:
         """Losses and batches recorded, batches skipped and yielded (a copy)."""
         with self._lock:
-            return dict(self._counts)
+            return self._counts.as_dict()
 
     def new_iteration(self) -> None:
         """An ``iter()`` began (its batches may go deeper than the last iteration's end did)."""
@@ -142,8 +155,8 @@ class PairingQueue:
         with self._lock:
             self._ended = True
 
-    def push(self, ids: np.ndarray, tag: int = 0, index: int = 0) -> None:
-        """A batch about to be yielded; ``tag`` (the epoch) comes back from ``take``.
+    def push(self, ids: np.ndarray, epoch: int = 0, index: int = 0) -> None:
+        """A batch about to be yielded in ``epoch`` (0-based), which comes back from ``take``.
 
         Raises:
             LossOutputException: the yield would leave more batches without their losses than
@@ -172,17 +185,17 @@ class PairingQueue:
                     "optimizer step; a loop that prefetches a varying number of batches passes lookahead= "
                     "to the loader"
                 )
-            self._queue.append(Waiting(ids, tag, index))
-            self._counts["batches_yielded"] += 1
+            self._queue.append(Waiting(ids, epoch, index))
+            self._counts.batches_yielded += 1
 
     def waiting(self) -> int:
         with self._lock:
             return len(self._queue)
 
-    def waiting_of(self, tag: int) -> list[int]:
-        """The batch indices of epoch ``tag`` still waiting, oldest first."""
+    def waiting_of(self, epoch: int) -> list[int]:
+        """The batch indices of epoch ``epoch`` still waiting, oldest first."""
         with self._lock:
-            return [w.index for w in self._queue if w.tag == tag]
+            return [w.index for w in self._queue if w.epoch == epoch]
 
     def clear(self) -> list[Waiting]:
         """Drop every waiting batch (a new epoch began); returns the dropped ones, oldest first."""
@@ -193,11 +206,11 @@ class PairingQueue:
             self._last = None
             return dropped
 
-    def discard(self, tag: int) -> int:
-        """Forget the waiting batches of epoch ``tag`` without counting them as unpaired: a
+    def discard(self, epoch: int) -> int:
+        """Forget the waiting batches of epoch ``epoch`` without counting them as unpaired: a
         peek whose epoch runs again from its start; returns how many."""
         with self._lock:
-            keep = deque(w for w in self._queue if w.tag != tag)
+            keep = deque(w for w in self._queue if w.epoch != epoch)
             n = len(self._queue) - len(keep)
             self._queue = keep
             return n
@@ -239,16 +252,16 @@ class PairingQueue:
             done = entry.offset == size
             if done:
                 self._queue.popleft()
-                self._counts["batches_recorded"] += 1
-            self._counts["losses_recorded"] += n
+                self._counts.batches_recorded += 1
+            self._counts.losses_recorded += n
             try:
                 self._last = weakref.ref(loss_tensor)
             except TypeError:
                 self._last = None
-            return Taken(part, size, done, entry.tag)
+            return Taken(part, size, done, entry.epoch)
 
     def skip(self) -> int:
-        """The oldest waiting batch gets no (more) losses; returns its epoch tag.
+        """The oldest waiting batch gets no (more) losses; returns its epoch (0-based).
 
         Raises:
             LossOutputException: no yielded batch is waiting.
@@ -261,22 +274,28 @@ class PairingQueue:
                 )
             entry = self._queue.popleft()
             self._loss_arrives()
-            self._counts["batches_skipped"] += 1
+            self._counts.batches_skipped += 1
             self._last = None
-            return entry.tag
+            return entry.epoch
 
     # -- checkpoints -----------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, int]:
         """The counts. Waiting batches are not kept: a resumed run yields them again."""
         with self._lock:
-            return {**self._counts, "dropped_batches": self.dropped_batches}
+            return {**self._counts.state_dict(), "dropped_batches": self.dropped_batches}
+
+    @staticmethod
+    def check_state(state: dict[str, Any]) -> None:
+        """Refuse counts this queue cannot restore, before any part of a loader is changed."""
+        PairingCounts().load_state_dict(state)
+        require(state, ("dropped_batches",), "the pairing state")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.check_state(state)
         with self._lock:
             self._queue.clear()
             self._last = None
-            # batches_skipped is newer than the other counts: a state without it skipped none
-            self._counts = {k: int(state[k] if k in state or k != "batches_skipped" else 0) for k in COUNTS}
+            self._counts.load_state_dict(state)
             self.dropped_batches = int(state["dropped_batches"])
             self._learned, self._known, self._ended = 0, False, False  # learned again after a resume

@@ -27,15 +27,14 @@ order; the samples hit are kept. Each sample is kept with probability exactly ``
 """
 
 import math
-import zlib
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from neuron_sift.epoch.host_policy import keep_priorities_np, scale_to_count_np
-from neuron_sift.epoch.policy import loss_weights
+from neuron_sift.epoch.policy import keep_priorities, loss_weights, scale_to_count
+from neuron_sift.epoch.sampling import support_checksum
 from neuron_sift.shared.logs import seed63
 from neuron_sift.sift_config.epoch_config import EpochSiftConfig
 
@@ -98,8 +97,9 @@ class EpochPlanner:
     only from ``support`` (sorted unique dataset ids; None: all ``n``), in dataset order when
     ``ordered``.
 
-    The one source of every count: ``len()``, ``planned_steps()`` and the integrations'
-    schedule lengths all come from here, so they agree with the batches the plans yield.
+    The one source of every count: ``len()``, ``planned_steps()`` (``steps_left``) and the
+    integrations' schedule lengths all come from here, so they agree with the batches the
+    plans yield.
     """
 
     def __init__(
@@ -124,8 +124,7 @@ class EpochPlanner:
         self.support = support
         self.m = m  # samples a plan draws from: every count is of these
         self.ordered = ordered
-        # the checkpoint's fingerprint of the support (None: all samples), computed once
-        self.support_crc32 = None if support is None else zlib.crc32(support.astype("<i8").tobytes())
+        self.support_crc32 = support_checksum(support)  # computed once: every checkpoint names it
         self.batch_size = batch_size
         self.drop_last = drop_last
         self.seed = seed
@@ -141,6 +140,13 @@ class EpochPlanner:
         if self.num_epochs is not None and epoch >= self.num_epochs - self.config.anneal_epochs(self.num_epochs):
             return "anneal"
         return "sift"
+
+    def sifts(self) -> bool:
+        """Whether some epoch of the run is sifted (without ``num_epochs``: every one after the
+        warm-up is): only a sifted epoch's length can depend on the scores."""
+        if self.num_epochs is None:
+            return True
+        return any(self.kind(e) == "sift" for e in range(self.num_epochs))
 
     def needs_scores(self, epoch: int) -> bool:
         """Whether epoch ``epoch``, or a later one, plans from scores: only then is the epoch's
@@ -203,7 +209,7 @@ class EpochPlanner:
         budgeted epochs, the expected count otherwise)."""
         return self.rank_batches(self.expected_count(epoch))
 
-    def planned_steps(
+    def steps_left(
         self, next_epoch: int, left_in_current: int = 0, epochs: int | None = None, open_epoch: bool | None = None
     ) -> int:
         """Batches this rank trains from now on: ``left_in_current`` of an epoch in progress
@@ -303,7 +309,7 @@ class EpochPlanner:
         """The policy's keep priorities of the support's samples (``[M]``), from their scores only."""
         c = self.config
         values = self._local(scores.detach().cpu().to(torch.float32).numpy())
-        return keep_priorities_np(values, c.policy, c.beta_value, c.min_keep_probability, c.prune_ratio)
+        return keep_priorities(values, c.policy, c.beta_value, c.min_keep_probability, c.prune_ratio)
 
     def plan(self, epoch: int, scores: torch.Tensor, excluded: torch.Tensor | None = None) -> EpochPlan:
         """The plan of epoch ``epoch`` (0-based) from ``scores`` (``[N]`` CPU, NaN = unscored)
@@ -330,8 +336,8 @@ class EpochPlanner:
             else self.free_count(float(p.sum(dtype=np.float64)))
         )
         k = min(k, self._whole(int((p > 0).sum())))
-        pi = self._global(scale_to_count_np(p, float(k), unscored), 0.0)
-        local_order = systematic_sample_np(self._local(pi), perm, k, float(rng.random()))
+        pi = self._global(scale_to_count(p, float(k), unscored), 0.0)
+        local_order = systematic_sample(self._local(pi), perm, k, float(rng.random()))
         weights = loss_weights(torch.from_numpy(pi), self.config.max_weight)
         return EpochPlan(
             epoch, "sift", self._ids(local_order), weights, torch.from_numpy(pi.astype(np.float32)), n_excluded
@@ -346,7 +352,7 @@ class EpochPlanner:
         return [mine[i : min(i + b, n)] for i in range(0, n, b)]
 
 
-def systematic_sample_np(pi: np.ndarray, perm: np.ndarray, k: int, u: float) -> np.ndarray:
+def systematic_sample(pi: np.ndarray, perm: np.ndarray, k: int, u: float) -> np.ndarray:
     """Ids kept by systematic sampling: exactly ``k`` (``sum(pi)`` must be ``k``), each with
     probability ``pi_i``, in the order of ``perm``."""
     edges = np.cumsum(pi[perm])
@@ -358,8 +364,3 @@ def systematic_sample_np(pi: np.ndarray, perm: np.ndarray, k: int, u: float) -> 
     points = u + np.arange(k, dtype=np.float64)
     hit = np.minimum(np.searchsorted(edges, points, side="right"), perm.shape[0] - 1)
     return perm[hit].astype(np.int64)
-
-
-def systematic_sample(pi: torch.Tensor, perm: torch.Tensor, k: int, u: float) -> torch.Tensor:
-    """``systematic_sample_np`` for tensors."""
-    return torch.from_numpy(systematic_sample_np(pi.double().numpy(), perm.numpy(), k, u))

@@ -1,8 +1,10 @@
-"""The epoch policy: scores -> keep probabilities -> loss weights. Pure tensor functions.
+"""The epoch policy: scores -> keep probabilities -> inclusion probabilities -> loss weights.
 
-No state, no devices by name, no host reads: the same functions run on CPU tensors and
-on XLA tensors (fixed shapes). The planner (``planner.py``) draws the kept set from the
-probabilities; the loader applies the weights.
+Pure functions, run by the planner on the host once per epoch (NumPy: a plan is a host
+job, and there one ``argsort``, run-length tie handling on the sorted values and a
+water-filling by fixed-point iteration do the work in a few passes over the table). The
+planner (``planner.py``) draws the kept set from the inclusion probabilities; the loader
+applies the weights.
 
 Why the weights make the loss unbiased (the derivation the README repeats): a sifted
 epoch keeps sample ``i`` with probability ``pi_i > 0`` and weights its loss by
@@ -17,80 +19,106 @@ objective) and a weight clipped by ``max_weight`` (``E`` then falls short by
 ``(1 - pi_i * max_weight) * l_i / N`` for each such sample).
 """
 
+import numpy as np
 import torch
 
-from neuron_sift.kernels.scores import percentile_of_all
+
+def percentile_of_all(scores: np.ndarray) -> np.ndarray:
+    """Mid-rank percentile of every scored value among all scored values: for a scored
+    sample ``(#{s < x} + 0.5 * #{s == x}) / n_scored`` (itself one of the ties; -0.0 ties
+    with 0.0); 1.0 for unscored (NaN) samples, nothing judges them easy. float32."""
+    scores = np.asarray(scores, dtype=np.float32)
+    out = np.ones(scores.shape[0], dtype=np.float32)
+    seen = ~np.isnan(scores)
+    values = scores[seen]
+    m = values.shape[0]
+    if m == 0:
+        return out
+    values = values + np.float32(0.0)  # -0.0 -> 0.0
+    order = np.argsort(values)
+    v = values[order]
+    idx = np.arange(m)
+    starts = np.empty(m, dtype=bool)
+    starts[0] = True
+    np.not_equal(v[1:], v[:-1], out=starts[1:])
+    left = np.maximum.accumulate(np.where(starts, idx, 0))  # first index of each run of ties
+    ends = np.empty(m, dtype=bool)
+    ends[-1] = True
+    ends[:-1] = starts[1:]
+    right = np.minimum.accumulate(np.where(ends, idx + 1, m)[::-1])[::-1]  # one past the run's end
+    mid = np.empty(m, dtype=np.float32)
+    mid[order] = ((left + right).astype(np.float32) * np.float32(0.5)) / np.float32(m)
+    out[seen] = mid
+    return out
 
 
 def keep_priorities(
-    scores: torch.Tensor,
+    scores: np.ndarray,
     policy: str,
     beta_value: float = 1.0,
     min_keep_probability: float = 0.05,
     prune_ratio: float = 0.5,
-    *,
-    sort_method: str = "search",
-) -> torch.Tensor:
+) -> np.ndarray:
     """The policy's keep probability of every sample, before any budget: ``[N]`` float32.
 
-    ``scores``: ``[N]``, NaN where never scored (such a sample gets 1). ``sort_method``: how
-    the percentile finds ranks, the backend's ``sort_method`` for the tensors' device
-    (``"merge"`` on XLA, which cannot lower ``searchsorted``; ``"search"`` elsewhere): this
-    function stays pure, so it does not ask what device it runs on.
+    ``scores``: ``[N]``, NaN where never scored (such a sample gets 1).
 
     * ``percentile``: ``max(min_keep_probability, percentile ** beta_value)``, the
       percentile among all recorded scores with ties counting half;
     * ``below_mean``: ``1 - prune_ratio`` below the mean of the recorded scores, else 1.
     """
-    seen = ~torch.isnan(scores)
+    scores = np.asarray(scores, dtype=np.float32)
+    seen = ~np.isnan(scores)
     if policy == "percentile":
-        pct = percentile_of_all(scores.to(torch.float32), method=sort_method)
-        p = torch.clamp(pct.pow(beta_value), min=min_keep_probability, max=1.0)
+        pct = percentile_of_all(scores)
+        p = np.clip(np.power(pct, np.float32(beta_value)), min_keep_probability, 1.0).astype(np.float32)
     elif policy == "below_mean":
-        s = torch.where(seen, scores, torch.zeros_like(scores)).to(torch.float64)
-        n = torch.clamp(seen.sum(), min=1).to(torch.float64)
-        mean = s.sum() / n
-        below = seen & (s < mean)
-        p = torch.where(below, torch.full_like(s, 1.0 - prune_ratio), torch.ones_like(s)).to(torch.float32)
+        vals = scores[seen].astype(np.float64)
+        mean = vals.sum() / max(vals.shape[0], 1)
+        below = seen & (np.where(seen, scores, 0).astype(np.float64) < mean)
+        p = np.where(below, np.float32(1.0 - prune_ratio), np.float32(1.0)).astype(np.float32)
     else:
         raise ValueError(f"unknown policy {policy!r}")
-    return torch.where(seen, p, torch.ones_like(p))
+    p[~seen] = 1.0
+    return p
 
 
-def scale_to_count(priorities: torch.Tensor, count: torch.Tensor, forced: torch.Tensor | None = None) -> torch.Tensor:
-    """Inclusion probabilities ``pi = min(1, c * p)`` summing to ``count`` (water-filling).
+def scale_to_count(priorities: np.ndarray, count: float, forced: np.ndarray | None = None) -> np.ndarray:
+    """Inclusion probabilities ``pi = min(1, c * p)`` summing to ``count`` (water-filling), float64.
 
-    ``priorities``: ``[N]`` in ``[0, 1]`` (0: never kept); ``count``: a scalar tensor, the
-    number of samples to keep; ``forced``: ``[N]`` bool, samples kept for sure (``pi = 1``,
-    taken out of the count first). One common factor ``c`` keeps the policy's relative
-    preferences; samples that would exceed 1 are capped and the rest share what is left.
-    Static shapes (one sort, suffix sums, an arg-min): runs on XLA too. If the count is at
-    least the number of eligible samples, every eligible sample gets 1; if the forced
-    samples alone exceed the count, they share it uniformly and the others get 0 (the
-    caller's documented exception).
+    ``priorities``: ``[N]`` in ``[0, 1]`` (0: never kept); ``count``: the number of samples
+    to keep; ``forced``: ``[N]`` bool, samples kept for sure (``pi = 1``, taken out of the
+    count first). One common factor ``c`` keeps the policy's relative preferences; samples
+    that would exceed 1 are capped and the rest share what is left, found by fixed-point
+    iteration on the capped set (it only grows, so at most N passes; in practice a
+    handful). If the count is at least the number of eligible samples, every eligible
+    sample gets 1; if the forced samples alone exceed the count, they share it uniformly
+    and the others get 0 (the caller's documented exception).
     """
-    p = priorities.to(torch.float64)
-    count = count.to(torch.float64)
-    if forced is None:
-        forced = torch.zeros_like(p, dtype=torch.bool)
-    n_forced = forced.sum().to(torch.float64)
-    free = torch.where(forced, torch.zeros_like(p), p)
-    left = torch.clamp(count - n_forced, min=0.0)
-    order = torch.sort(free, descending=True).values  # p_(0) >= p_(1) >= ...
-    n = order.shape[0]
-    # With the first j (largest) capped at 1: c_j = (left - j) / sum_{i >= j} p_(i).
-    suffix = torch.flip(torch.cumsum(torch.flip(order, [0]), 0), [0])
-    j = torch.arange(n, dtype=torch.float64, device=p.device)
-    c = (left - j) / torch.clamp(suffix, min=1e-300)
-    # The right j is the first whose largest uncapped item stays <= 1 under c_j.
-    ok = (c * order <= 1.0 + 1e-12) & (suffix > 0)
-    first = torch.argmax(ok.to(torch.int64))
-    c_star = torch.where(ok.any(), c[first], torch.full_like(c[0], float("inf")))
-    pi = torch.clamp(c_star * free, max=1.0)
-    pi = torch.where(free > 0, pi, torch.zeros_like(pi))
-    share = torch.clamp(count / torch.clamp(n_forced, min=1.0), max=1.0)  # forced exceed the count
-    pi = torch.where(n_forced >= count, torch.zeros_like(pi), pi)
-    return torch.where(forced, share.expand_as(pi), pi)
+    p = np.asarray(priorities, dtype=np.float64)
+    forced = np.zeros(p.shape[0], dtype=bool) if forced is None else np.asarray(forced, dtype=bool)
+    n_forced = int(forced.sum())
+    if n_forced >= count:
+        share = min(1.0, count / max(n_forced, 1))
+        return np.where(forced, share, 0.0)
+    free = np.where(forced, 0.0, p)
+    left = count - n_forced
+    eligible = free > 0
+    if left >= eligible.sum():
+        return np.where(forced | eligible, 1.0, 0.0)
+    capped = np.zeros(p.shape[0], dtype=bool)
+    n_capped = 0
+    c = left / free.sum()
+    while True:
+        rest = free[~capped].sum()
+        c = (left - n_capped) / rest
+        now = capped | (c * free >= 1.0)
+        n_now = int(now.sum())
+        if n_now == n_capped:
+            break
+        capped, n_capped = now, n_now
+    pi = np.where(capped, 1.0, np.minimum(1.0, c * free))
+    return np.where(forced, 1.0, pi)
 
 
 def loss_weights(inclusion: torch.Tensor, max_weight: float | None = None) -> torch.Tensor:

@@ -21,8 +21,9 @@ but before the iteration ended (a loop saving every ``k`` steps hits that point)
 taken after the iteration ended starts the next epoch. So a loop resumed "at the epoch
 you were in" takes exactly the steps of the uninterrupted run.
 
-A new ``iter()`` voids the iterators before it, so two of them never interleave one
-epoch's batches.
+A new ``iter()`` (or a ``load_state_dict()``) voids the iterators before it, so two of them
+never interleave one epoch's batches: the package's one iterator-lifetime rule
+(``neuron_sift.shared.iterators``).
 """
 
 import logging
@@ -35,6 +36,7 @@ from neuron_sift.epoch.opening import EpochOpener
 from neuron_sift.epoch.pairing import PairingQueue, Waiting
 from neuron_sift.epoch.planner import EpochPlan, EpochPlanner
 from neuron_sift.epoch.source import PlannedBatchSampler
+from neuron_sift.shared.iterators import IteratorGeneration
 from neuron_sift.shared.logs import EPOCH_LOGGER
 
 logger = logging.getLogger(EPOCH_LOGGER)
@@ -69,9 +71,14 @@ class EpochProgress:
         self.in_progress = False  # the current epoch is planned and its iteration has not ended
         self.touched = False  # a loss of the current epoch arrived since its latest iter() (or its planning)
         self.loaded = False  # the current epoch is a checkpoint's
-        self._token = 0
+        self._generation = IteratorGeneration("EpochSiftingDataloader")
 
     # -- where the epoch stands ------------------------------------------------------------
+
+    @property
+    def current_epoch(self) -> int:
+        """The 0-based index of the epoch started last (-1 before the first)."""
+        return self.epochs_started - 1
 
     def runs_again(self) -> bool:
         """Whether the next ``iter()`` runs the current plan from ``position`` instead of
@@ -86,7 +93,7 @@ class EpochProgress:
     def is_open(self) -> bool:
         """Whether the current epoch is not over: its iteration has not ended, or a wrapper
         that pulled its last batches ahead is still training them."""
-        return self.in_progress or bool(self.plan is not None and self.pairing.waiting_of(self.epochs_started))
+        return self.in_progress or bool(self.plan is not None and self.pairing.waiting_of(self.current_epoch))
 
     def finished(self) -> bool:
         """Whether every batch of the current epoch on this rank has its losses (or was skipped)."""
@@ -119,12 +126,11 @@ class EpochProgress:
         return self.plan
 
     def iterate(self, carry_pending: bool = False) -> Iterator[Any]:
-        self._token += 1
-        return self._iterate(self._token, carry_pending)
+        return self._iterate(self._generation.start(), carry_pending)
 
-    def _iterate(self, token: int, carry_pending: bool) -> Iterator[Any]:
+    def _iterate(self, generation: int, carry_pending: bool) -> Iterator[Any]:
         if self.runs_again():
-            self.pairing.discard(self.epochs_started)  # a peek's batches: they come again now
+            self.pairing.discard(self.current_epoch)  # a peek's batches: they come again now
         else:
             self._leave_current()
             self._open()
@@ -142,14 +148,11 @@ class EpochProgress:
         self.sampler.start = start
         j = start
         for batch in self.loader:
-            if token != self._token:
-                raise RuntimeError(
-                    "EpochSiftingDataloader: a new iteration was started; this iterator is no longer valid"
-                )
-            self.pairing.push(self.batches[j], self.epochs_started, j)
+            self._generation.check(generation)
+            self.pairing.push(self.batches[j], self.current_epoch, j)
             j += 1
             yield batch
-        if token == self._token:
+        if self._generation.is_current(generation):
             self.in_progress = False
             self.pairing.iteration_ended()
 
@@ -163,7 +166,7 @@ class EpochProgress:
             "EpochSiftingDataloader: epoch %d (0-based) was left after %d of its %d batches on this rank had their "
             "losses (a break, or an exception caught around the loop); the other %d were never trained. The next "
             "epoch is planned now",
-            self.epochs_started - 1,
+            self.current_epoch,
             self.position,
             len(self.batches),
             left,
@@ -177,11 +180,11 @@ class EpochProgress:
         self.touched = False
         self.loaded = False
 
-    def recorded(self, epoch_tag: int, done: bool) -> None:
-        """Losses of a batch arrived (``done``: all of them, or it was skipped); ``epoch_tag``:
-        the epoch it was yielded in (one carried over from the epoch before does not move this
-        epoch's position)."""
-        if epoch_tag == self.epochs_started:
+    def recorded(self, epoch: int, done: bool) -> None:
+        """Losses of a batch arrived (``done``: all of them, or it was skipped); ``epoch``:
+        the epoch it was yielded in, 0-based (one carried over from the epoch before does not
+        move this epoch's position)."""
+        if epoch == self.current_epoch:
             self.touched = True
             if done:
                 self.position += 1
@@ -206,4 +209,4 @@ class EpochProgress:
         self.in_progress = bool(state["in_progress"])
         self.touched = False
         self.loaded = self.in_progress
-        self._token += 1  # iterators started before loading are void
+        self._generation.void_all()

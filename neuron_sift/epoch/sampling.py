@@ -36,6 +36,7 @@ from torch.utils.data import (
 )
 
 from neuron_sift.shared.ranks import RankGroup
+from neuron_sift.shared.sources import batch_settings
 
 _SUBSET_HINT = (
     "to train on part of the dataset, wrap it in torch.utils.data.Subset (or use a SubsetRandomSampler "
@@ -54,23 +55,23 @@ class Sampling:
     def size(self, n: int) -> int:
         return n if self.support is None else int(self.support.shape[0])
 
-    def fingerprint(self) -> int:
-        """A checksum of the support and order (-1: all samples, random order)."""
-        if self.support is None and not self.ordered:
-            return -1
-        data = b"" if self.support is None else self.support.astype("<i8").tobytes()
-        return zlib.crc32(data + bytes([self.ordered]))
+
+def support_checksum(support: np.ndarray | None) -> int | None:
+    """The CRC-32 of a support's sorted int64 ids (None: every sample): the one checksum of
+    the samples a plan may draw, checked across ranks and named in every checkpoint."""
+    return None if support is None else zlib.crc32(support.astype("<i8").tobytes())
 
 
 def check_same_on_every_rank(sampling: Sampling, ranks: RankGroup) -> None:
     """Refuse samplers that differ between ranks (a per-rank shard of a subset): every rank
-    must plan the same global epoch, and the loader shards it itself. One all-gather of two
+    must plan the same global epoch, and the loader shards it itself. One all-gather of three
     int64 at construction under data parallelism, on every rank whatever its sampler (a
     check skipped on some ranks only would leave the others waiting in the collective)."""
     if not ranks.active:
         return
-    mine = torch.tensor([[sampling.fingerprint(), sampling.size(-1)]], dtype=torch.int64)
-    rows = ranks.all_gather_rows(mine).reshape(-1, 2)
+    checksum = support_checksum(sampling.support)
+    row = [-1 if checksum is None else checksum, sampling.size(-1), int(sampling.ordered)]
+    rows = ranks.all_gather_rows(torch.tensor([row], dtype=torch.int64)).reshape(-1, 3)
     if not bool((rows == rows[0]).all()):
         raise ValueError(
             "the source loader's sampler yields a different set of samples (or order) on each rank, e.g. a "
@@ -84,9 +85,10 @@ def read_sampling(loader: "DataLoader[Any]", n: int, world_size: int) -> Samplin
     """The support and order of ``loader``'s sampling over a dataset of ``n`` samples, or a
     ``TypeError``/``ValueError`` saying what to use instead. ``world_size``: the ranks the
     epoch loader shards its plans over (a user's ``DistributedSampler`` must agree)."""
-    if loader.batch_size is None:  # built with batch_sampler=: DataLoader's .sampler is a default
-        return _read_batch_sampler(loader.batch_sampler, n, world_size)
-    return _read_sampler(loader.sampler, n, world_size)
+    settings = batch_settings(loader)
+    if settings.batch_sampler is not None:  # built with batch_sampler=: DataLoader's .sampler is a default
+        return _read_batch_sampler(settings.batch_sampler, n, world_size)
+    return _read_sampler(settings.sampler, n, world_size)
 
 
 def _read_batch_sampler(batch_sampler: Any, n: int, world_size: int) -> Sampling:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import DataLoader, IterableDataset, Sampler
 
-from neuron_sift.shared.sources import WRAPPER_ATTRIBUTES, unwrap
+from neuron_sift.shared.sources import WRAPPER_ATTRIBUTES, batch_settings, unwrap
 
 SUPPORTED = (
     "a torch.utils.data.DataLoader over a map-style dataset with __len__ (one whose __getitem__ takes a "
@@ -59,12 +59,9 @@ def inspect_source(orig: Any) -> SourceInfo:
         ) from exc
     if n < 1:
         raise ValueError("EpochSiftingDataloader: the dataset is empty")
-    b, drop_last = loader.batch_size, loader.drop_last
-    if b is None:  # built with batch_sampler=
-        bs = loader.batch_sampler
-        b = getattr(bs, "batch_size", None)
-        drop_last = bool(getattr(bs, "drop_last", False))
-    if not isinstance(b, int) or b < 1:
+    settings = batch_settings(loader)
+    b = settings.batch_size
+    if b is None or b < 1:
         raise TypeError(f"EpochSiftingDataloader needs {SUPPORTED}; this DataLoader has no batch size")
     if getattr(loader, "in_order", True) is False:
         raise ValueError(
@@ -73,7 +70,7 @@ def inspect_source(orig: Any) -> SourceInfo:
         )
     gen = loader.generator
     return SourceInfo(
-        loader, chain.wrappers, n, b, bool(drop_last), int(gen.initial_seed()) if gen is not None else None
+        loader, chain.wrappers, n, b, settings.drop_last, int(gen.initial_seed()) if gen is not None else None
     )
 
 

@@ -57,9 +57,9 @@ class ScoreTables:
         self._dev_scores: torch.Tensor | None = None
         self._dev_weights: torch.Tensor | None = None
         self._dev_nonfinite: torch.Tensor | None = None
-        # (tag, host weights, device weights) of the epoch before: its carried batches need them
+        # (epoch, host weights, device weights) of the epoch before: its carried batches need them
         self._previous: tuple[int, np.ndarray, torch.Tensor | None] | None = None
-        self.tag = 0
+        self.epoch = -1  # the 0-based epoch the weights are of (-1: none planned yet)
 
     @property
     def on_device(self) -> bool:
@@ -78,24 +78,24 @@ class ScoreTables:
 
     # -- per step ---------------------------------------------------------------------------
 
-    def record(self, ids: np.ndarray, losses: torch.Tensor, tag: int | None = None) -> torch.Tensor:
+    def record(self, ids: np.ndarray, losses: torch.Tensor, epoch: int | None = None) -> torch.Tensor:
         """Record ``losses`` as the scores of ``ids``; returns their weights on the losses' device
-        (those of epoch ``tag``: the current one, or the one before for a carried batch)."""
-        return self._record(ids, losses, tag, mean=False)
+        (those of ``epoch``: the current one, or the one before for a carried batch)."""
+        return self._record(ids, losses, epoch, mean=False)
 
     def weighted_mean(
-        self, ids: np.ndarray, losses: torch.Tensor, tag: int | None = None, batch_size: int | None = None
+        self, ids: np.ndarray, losses: torch.Tensor, epoch: int | None = None, batch_size: int | None = None
     ) -> torch.Tensor:
         """``record``, then ``sum(w_i * l_i) / batch_size`` (``batch_size``: the whole batch's
         size when ``ids`` is a micro-batch of it; None: ``len(ids)``, the weighted mean)."""
-        return self._record(ids, losses, tag, mean=True, batch_size=batch_size)
+        return self._record(ids, losses, epoch, mean=True, batch_size=batch_size)
 
     def _record(
-        self, ids: np.ndarray, losses: torch.Tensor, tag: int | None, mean: bool, batch_size: int | None = None
+        self, ids: np.ndarray, losses: torch.Tensor, epoch: int | None, mean: bool, batch_size: int | None = None
     ) -> torch.Tensor:
         part = batch_size is not None and batch_size != ids.shape[0]
         host_w, dev_w = self._weights, self._dev_weights
-        if tag is not None and tag != self.tag and self._previous is not None and self._previous[0] == tag:
+        if epoch is not None and epoch != self.epoch and self._previous is not None and self._previous[0] == epoch:
             host_w, dev_w = self._previous[1], self._previous[2]
         dev_scores, dev_nonfinite = self._dev_scores, self._dev_nonfinite
         if dev_scores is not None and dev_nonfinite is not None:
@@ -164,11 +164,11 @@ class ScoreTables:
             full = torch.from_numpy(self._scores)
             self._dev_scores = full.to(self.device)
 
-    def set_weights(self, weights: torch.Tensor, tag: int = 0) -> None:
-        """The loss weight of every sample for the coming epoch ``tag`` (one upload on a
+    def set_weights(self, weights: torch.Tensor, epoch: int) -> None:
+        """The loss weight of every sample for the coming ``epoch`` (0-based; one upload on a
         device); the previous epoch's stay available for its carried batches."""
-        self._previous = (self.tag, self._weights, self._dev_weights)
-        self.tag = tag
+        self._previous = (self.epoch, self._weights, self._dev_weights)
+        self.epoch = epoch
         self._weights = weights.detach().to(torch.float32).cpu().numpy().copy()
         self._uniform = bool((self._weights == 1.0).all())
         if self.on_device:

@@ -4,6 +4,12 @@ and lengths for schedules and trainers (``neuron_sift.integrations.schedules``).
 Importing this package needs neither transformers nor accelerate.
 """
 
-from neuron_sift.integrations.schedules import ExactLengthLoader, epoch_plan, planned_steps, planned_steps_std
+from neuron_sift.integrations.schedules import (
+    ExactLengthLoader,
+    batches_per_epoch,
+    epoch_plan,
+    planned_steps,
+    planned_steps_std,
+)
 
-__all__ = ["ExactLengthLoader", "epoch_plan", "planned_steps", "planned_steps_std"]
+__all__ = ["ExactLengthLoader", "batches_per_epoch", "epoch_plan", "planned_steps", "planned_steps_std"]

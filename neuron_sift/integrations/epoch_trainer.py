@@ -1,11 +1,12 @@
 """``enable_epoch_sifting``: a Hugging Face ``transformers.Trainer`` trains with epoch-level sifting.
 
-What it does to ``trainer`` (nothing else is patched):
+What it does to ``trainer`` (nothing else is patched; the patch is one mode's hook set of
+``trainer_patch``, so it replaces an earlier ``enable_sifting`` or ``enable_epoch_sifting``):
 
 - ``trainer.get_train_dataloader`` is wrapped: the Trainer builds its own training loader
   as usual (column removal, collator, workers), and that loader's dataset and settings
   become the source of an ``EpochSiftingDataloader`` (the epoch plan at the sampler), seen
-  by the Trainer through an ``EpochStream`` of exactly ``planned_steps() // num_train_epochs``
+  by the Trainer through an ``ExactLengthLoader`` of exactly ``planned_steps() // num_train_epochs``
   batches per Trainer epoch (exact with a budget, ``kept_share``): the Trainer's
   ``max_steps`` and its learning-rate schedule then end exactly where the plan ends (the
   last ``< num_train_epochs`` batches of the plan are left out). Sifted epochs stream on
@@ -17,15 +18,16 @@ What it does to ``trainer`` (nothing else is patched):
   Trainer's own loss. The Trainer's look-ahead of gradient-accumulation batches is what
   the loader's pairing expects (ids matched in the order batches were yielded).
 - ``trainer.epoch_sifting_dataloader`` is the loader of the current ``train()``
-  (``trainer.epoch_sifting_stream`` the ``EpochStream``); with ``log_metrics=True`` every
-  training log carries ``epoch_sifting/<scalar>`` (``neuron_sift.metrics.epoch_metrics``),
+  (``trainer.epoch_sifting_stream`` the ``ExactLengthLoader``); with ``log_metrics=True``
+  every training log carries ``epoch_sifting/<scalar>`` (``neuron_sift.metrics.collect_metrics``),
   reaching every ``report_to`` (TensorBoard too).
 - Checkpoints: a ``TrainerCallback`` writes the stream's ``state_dict()`` into each
   checkpoint folder the Trainer saves (``state_file(rank)``), and ``trainer.train`` is
   wrapped so that ``resume_from_checkpoint`` restores it into the new stream. Only
   checkpoints taken at the end of a Trainer epoch resume: mid-epoch the Trainer would skip
   the trained batches by rebuilding its DataLoader (accelerate's ``skip_first_batches``),
-  which cannot replay the plan; such a checkpoint is refused before that.
+  which cannot replay the plan; such a checkpoint is refused before that. Checkpoints of
+  0.4.0 (its ``EpochStream`` state) still resume.
 
 Per-sample losses: classification, ``cross_entropy(logits, labels, reduction="none")``;
 causal LM, the mean over each sequence's predicted tokens (labels shifted by one, -100
@@ -34,96 +36,57 @@ ignored) of the token cross-entropy.
 
 import logging
 import os
-from collections.abc import Callable, Iterator
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from neuron_sift.epoch.loader import EpochSiftingDataloader
-from neuron_sift.metrics.epoch_metrics import epoch_metrics
-from neuron_sift.shared.checkpoints import StateFormat
+from neuron_sift.integrations.exact_length import ExactLengthLoader, read_state
+from neuron_sift.integrations.trainer_patch import HookSet, install, log_hook, original, require_trainer
 from neuron_sift.sift_config.epoch_config import coerce_epoch_config
 
 logger = logging.getLogger(__name__)
 
 
-STREAM_FORMAT = StateFormat(
-    "EpochStream",
-    1,
-    ("loader", "per_epoch", "in_epoch"),
-    legacy=lambda state: "per_epoch" in state and "in_epoch" in state,
-    unversioned=1,  # 0.4.0 saved neither kind nor version
-)
-
-
-class EpochStream:
-    """Epochs of exactly ``per_epoch`` batches over the continuous stream of an
-    ``EpochSiftingDataloader``'s epochs (a Trainer epoch may span two planned epochs)."""
-
-    def __init__(self, loader: EpochSiftingDataloader, per_epoch: int) -> None:
-        self.epoch_sifting_dataloader = loader
-        self.per_epoch = max(1, int(per_epoch))
-        self._it: Iterator[Any] | None = None
-        self._in_epoch = 0  # batches of the Trainer's open epoch yielded so far
-
-    def __len__(self) -> int:
-        return self.per_epoch
-
-    def state_dict(self) -> dict[str, Any]:
-        """The epoch loader's state and how far the Trainer's epoch has come; taken between
-        optimizer steps (the Trainer's ``on_save``), when every yielded batch is trained."""
-        return STREAM_FORMAT.write(
-            {
-                "loader": self.epoch_sifting_dataloader.state_dict(),
-                "per_epoch": self.per_epoch,
-                "in_epoch": self._in_epoch,
-            }
+def __getattr__(name: str) -> Any:
+    if name == "EpochStream":  # 0.4.0's stream, now ExactLengthLoader around the epoch loader
+        warnings.warn(
+            "neuron_sift.integrations.epoch_trainer.EpochStream is ExactLengthLoader "
+            "(neuron_sift.integrations.schedules); EpochStream will be removed",
+            DeprecationWarning,
+            stacklevel=2,
         )
+        return ExactLengthLoader
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a ``state_dict()`` taken at the end of a Trainer epoch; the next epoch goes
-        on with the batch after the last trained one.
 
-        Why only there: resuming mid-epoch, the Trainer skips the epoch's trained batches
-        itself by rebuilding its DataLoader (accelerate's ``skip_first_batches``), which cannot
-        replay the plan; at an epoch's end it skips nothing.
-        """
-        state = STREAM_FORMAT.read(state)
-        if state["per_epoch"] != self.per_epoch:
-            raise ValueError(
-                f"the checkpoint's run had {state['per_epoch']} batches per Trainer epoch, this one plans "
-                f"{self.per_epoch}: resume with the same dataset, batch size, num_train_epochs and sifting config"
-            )
-        if state["in_epoch"] not in (0, self.per_epoch):
-            raise ValueError(
-                f"enable_epoch_sifting resumes from checkpoints taken at the end of a Trainer epoch; this one was "
-                f"taken {state['in_epoch']} of {self.per_epoch} batches into an epoch, where the Trainer would skip "
-                f"batches the sifting plan must replay. Save with save_strategy='epoch' (or save_steps a multiple "
-                f"of the optimizer steps per epoch) and resume from such a checkpoint"
-            )
-        self.epoch_sifting_dataloader.load_state_dict(state["loader"])
-        self._it = None  # the next epoch continues the loader's restored epoch
-        self._in_epoch = 0
+def restore_at_epoch_end(stream: ExactLengthLoader, state: Any) -> None:
+    """Load a checkpoint's stream state, refusing one taken mid-way through a Trainer epoch.
 
-    def __iter__(self) -> Iterator[Any]:
-        empty = 0
-        self._in_epoch = 0
-        while self._in_epoch < self.per_epoch:
-            if self._it is None:
-                # the Trainer may still hold batches of the previous epoch (gradient accumulation look-ahead)
-                self._it = self.epoch_sifting_dataloader.iter_epoch(carry_pending=True)
-            try:
-                batch = next(self._it)
-            except StopIteration:
-                self._it = None
-                empty += 1
-                if empty > 2:
-                    raise RuntimeError("EpochStream: the loader yields no batches") from None
-                continue
-            empty = 0
-            self._in_epoch += 1
-            yield batch
+    Why only at an epoch's end: resuming mid-epoch, the Trainer skips the epoch's trained
+    batches itself by rebuilding its DataLoader (accelerate's ``skip_first_batches``), which
+    cannot replay the plan; at an epoch's end it skips nothing, and the next Trainer epoch
+    starts afresh (a stream saved after its epoch's last batch continues with a new epoch).
+    """
+    state = read_state(state)
+    per_epoch = stream.steps_per_epoch
+    if state["steps_per_epoch"] != per_epoch:
+        raise ValueError(
+            f"the checkpoint's run had {state['steps_per_epoch']} batches per Trainer epoch, this one plans "
+            f"{per_epoch}: resume with the same dataset, batch size, num_train_epochs and sifting config"
+        )
+    in_epoch = state["epoch_yielded"] or 0
+    if in_epoch not in (0, per_epoch):
+        raise ValueError(
+            f"enable_epoch_sifting resumes from checkpoints taken at the end of a Trainer epoch; this one was "
+            f"taken {in_epoch} of {per_epoch} batches into an epoch, where the Trainer would skip "
+            f"batches the sifting plan must replay. Save with save_strategy='epoch' (or save_steps a multiple "
+            f"of the optimizer steps per epoch) and resume from such a checkpoint"
+        )
+    stream.load_state_dict({**state, "epoch_yielded": None})
 
 
 def per_sample_classification(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -162,39 +125,24 @@ def enable_epoch_sifting(
     log_metrics: bool = True,
 ) -> Any:
     """Make ``trainer`` train with epoch-level sifting (see the module docstring); returns it."""
-    if not callable(getattr(trainer, "get_train_dataloader", None)) or not hasattr(trainer, "args"):
-        raise TypeError(f"trainer must be a transformers.Trainer, got {type(trainer).__name__}")
+    require_trainer(trainer)
     config = coerce_epoch_config(sift_config)
     if per_sample_loss not in (None, "classification", "causal_lm") and not callable(per_sample_loss):
         raise ValueError(
             f"per_sample_loss must be 'classification', 'causal_lm', a callable or None, got {per_sample_loss!r}"
         )
-    originals = getattr(trainer, "_neuron_sift_epoch_originals", None)
-    if originals is None:
-        originals = {
-            "get_train_dataloader": trainer.get_train_dataloader,
-            "compute_loss": trainer.compute_loss,
-            "log": trainer.log,
-            "train": trainer.train,
-        }
-        trainer._neuron_sift_epoch_originals = originals
-        trainer.add_callback(_saving_callback(trainer))
     resume: dict[str, str | None] = {"path": None}  # the checkpoint the current train() resumes from
-    # The loss returned is a per-batch mean: the Trainer divides it by the accumulation steps.
-    trainer.model_accepts_loss_kwargs = False
-    if hasattr(trainer, "loss_is_scaled_for_ga"):
-        trainer.loss_is_scaled_for_ga = False
 
-    def get_train_dataloader() -> EpochStream:
-        prepared = originals["get_train_dataloader"]()
+    def get_train_dataloader() -> ExactLengthLoader:
+        prepared = original(trainer, "get_train_dataloader")()
         epochs = max(1, int(round(trainer.args.num_train_epochs)))
         loader = EpochSiftingDataloader(config, prepared, num_epochs=epochs, backend=backend)
         trainer.epoch_sifting_dataloader = loader
-        # The planner's count (loader.planned_steps()) is the one source of the run's length:
-        # the Trainer's max_steps and schedule then end where the plans end.
-        stream = EpochStream(loader, loader.planned_steps() // epochs)
+        # The planner's count is the one source of the run's length: the Trainer's max_steps
+        # and schedule then end where the plans end.
+        stream = ExactLengthLoader(loader, epochs=epochs)
         if resume["path"] is not None:
-            stream.load_state_dict(_load_stream_state(resume["path"], loader.ranks.rank))
+            restore_at_epoch_end(stream, _load_stream_state(resume["path"], loader.ranks.rank))
         trainer.epoch_sifting_stream = stream
         logger.info(
             "enable_epoch_sifting: %d batches per Trainer epoch (%s)",
@@ -208,7 +156,7 @@ def enable_epoch_sifting(
     ) -> Any:
         loader = getattr(trainer, "epoch_sifting_dataloader", None)
         if loader is None or not model.training:
-            return originals["compute_loss"](
+            return original(trainer, "compute_loss")(
                 model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
             )
         forward = {k: v for k, v in inputs.items() if k != "labels"}
@@ -216,31 +164,33 @@ def enable_epoch_sifting(
         loss = loader.weighted_loss(_per_sample(per_sample_loss, outputs, inputs))
         return (loss, outputs) if return_outputs else loss
 
-    def log(logs: Any, *args: Any, **kwargs: Any) -> Any:
-        loader = getattr(trainer, "epoch_sifting_dataloader", None)
-        if (
-            log_metrics
-            and loader is not None
-            and isinstance(logs, dict)
-            and ("loss" in logs or "train_runtime" in logs)
-        ):
-            logs.update(epoch_metrics(loader).scalars(prefix="epoch_sifting/"))
-        return originals["log"](logs, *args, **kwargs)
-
     def train(resume_from_checkpoint: Any = None, *args: Any, **kwargs: Any) -> Any:
         resume["path"] = _checkpoint_folder(trainer, resume_from_checkpoint)
         try:
-            return originals["train"](resume_from_checkpoint, *args, **kwargs)
+            return original(trainer, "train")(resume_from_checkpoint, *args, **kwargs)
         finally:
             resume["path"] = None
 
-    trainer.epoch_sifting_dataloader = None
-    trainer.epoch_sifting_stream = None
-    trainer.get_train_dataloader = get_train_dataloader
-    trainer.compute_loss = compute_loss
-    trainer.log = log
-    trainer.train = train
-    return trainer
+    # The loss returned is a per-batch mean: the Trainer must not divide it by the accumulation steps.
+    attributes: dict[str, Any] = {
+        "epoch_sifting_dataloader": None,
+        "epoch_sifting_stream": None,
+        "model_accepts_loss_kwargs": False,
+    }
+    if hasattr(trainer, "loss_is_scaled_for_ga"):
+        attributes["loss_is_scaled_for_ga"] = False
+    hooks = HookSet(
+        "epoch_sifting",
+        {
+            "get_train_dataloader": get_train_dataloader,
+            "compute_loss": compute_loss,
+            "log": log_hook(trainer, "epoch_sifting_dataloader", "epoch_sifting/", log_metrics),
+            "train": train,
+        },
+        attributes=attributes,
+        callbacks=[_saving_callback(trainer)],
+    )
+    return install(trainer, hooks)
 
 
 def state_file(rank: int) -> str:
@@ -284,7 +234,7 @@ def _saving_callback(trainer: Any) -> Any:
                 return
             folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
             os.makedirs(folder, exist_ok=True)
-            rank = stream.epoch_sifting_dataloader.ranks.rank
+            rank = stream.loader.ranks.rank
             torch.save(stream.state_dict(), os.path.join(folder, state_file(rank)))
 
     return SaveEpochSifting()

@@ -44,10 +44,10 @@ import numbers
 from typing import Any
 
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
-from neuron_sift.integrations.schedules import ExactLengthLoader, _round_half_up, epoch_plan
+from neuron_sift.integrations.schedules import ExactLengthLoader, batches_per_epoch, round_half_up
+from neuron_sift.integrations.trainer_patch import HookSet, install, log_hook, original, require_trainer
 from neuron_sift.loss.abstract_sift_loss_module import resolve_loss_fn
-from neuron_sift.metrics.sifting_metrics import collect_metrics
-from neuron_sift.shared.sources import underlying_dataloader
+from neuron_sift.shared.sources import batch_settings, underlying_dataloader
 from neuron_sift.sift_config.sift_configs import coerce_sift_config
 
 logger = logging.getLogger(__name__)
@@ -91,8 +91,9 @@ class TrainerSource:
     def __init__(self, prepared: Any):
         self.prepared = prepared
         inner = underlying_dataloader(prepared)
-        batch_sampler = getattr(inner, "batch_sampler", None)
-        b = getattr(inner, "batch_size", None) or getattr(batch_sampler, "batch_size", None)
+        settings = batch_settings(inner)
+        batch_sampler = settings.batch_sampler
+        b = settings.batch_size
         processes = int(getattr(batch_sampler, "num_processes", 1) or 1)
         if getattr(batch_sampler, "split_batches", False) and b:
             b //= processes
@@ -103,13 +104,11 @@ class TrainerSource:
             n_samples = n_batches * b
             drop_last = True
         else:
-            sampler = getattr(batch_sampler, "sampler", None)
-            if sampler is None:
-                sampler = getattr(inner, "sampler", None)
+            sampler = settings.sampler if settings.sampler is not None else getattr(inner, "sampler", None)
             if sampler is None:  # TypeError, as len(None) raised: the caller reads it as "no length"
                 raise TypeError("the Trainer's train loader has no sampler")
             n_samples = len(sampler)
-            drop_last = bool(getattr(batch_sampler, "drop_last", getattr(inner, "drop_last", False)))
+            drop_last = settings.drop_last
         self.batch_size = b
         self.sampler = _Sized(n_samples)
         self.drop_last = drop_last
@@ -136,15 +135,15 @@ def steps_per_epoch_for(args: Any, sifting: SiftingDataloader) -> int:
         needed = args.max_steps * max(int(args.gradient_accumulation_steps), 1)
         passes = 1
         while True:
-            plan = epoch_plan(sifting, passes)
+            plan = batches_per_epoch(sifting, passes)
             if sum(plan) >= needed or passes >= _MAX_PLANNED_PASSES:
                 break
             passes = min(passes * 2, _MAX_PLANNED_PASSES)
         total = sum(plan)
     else:
         passes = max(1, math.ceil(args.num_train_epochs))
-        total = sum(epoch_plan(sifting, passes))
-    return max(1, _round_half_up(total / passes))
+        total = sum(batches_per_epoch(sifting, passes))
+    return max(1, round_half_up(total / passes))
 
 
 def enable_sifting(
@@ -166,10 +165,10 @@ def enable_sifting(
     with ``loss(model, transformed_batch, original_batch)`` -> one loss per sample.
     ``set_epochs``: see the module docstring. The keyword-only arguments are passed to
     ``SiftingDataloader``; ``log_metrics`` adds the sifting scalars to the Trainer's logs.
-    Calling it again on the same trainer replaces the previous settings.
+    Calling it again on the same trainer replaces the previous settings, and so does a later
+    ``enable_epoch_sifting`` (one patcher, ``trainer_patch``: one mode at a time).
     """
-    if not callable(getattr(trainer, "get_train_dataloader", None)) or not hasattr(trainer, "args"):
-        raise TypeError(f"trainer must be a transformers.Trainer, got {type(trainer).__name__}")
+    require_trainer(trainer)
     config = coerce_sift_config(sift_config)
     resolve_loss_fn(loss)  # fail now, not at the first training step
     epochs = _check_set_epochs(set_epochs)
@@ -186,15 +185,8 @@ def enable_sifting(
             )
             args.max_steps = -1
 
-    originals = getattr(trainer, "_neuron_sift_originals", None)
-    if originals is None:
-        originals = {"get_train_dataloader": trainer.get_train_dataloader, "log": trainer.log}
-        trainer._neuron_sift_originals = originals
-    build_source = originals["get_train_dataloader"]
-    original_log = originals["log"]
-
     def get_train_dataloader():
-        prepared = build_source()
+        prepared = original(trainer, "get_train_dataloader")()
         try:
             source = TrainerSource(prepared)
         except TypeError:  # no length (an IterableDataset): the Trainer then needs max_steps
@@ -222,18 +214,12 @@ def enable_sifting(
         )
         return loader
 
-    def log(logs, *log_args, **log_kwargs):
-        sifting = getattr(trainer, "sifting_dataloader", None)
-        if (
-            log_metrics
-            and sifting is not None
-            and isinstance(logs, dict)
-            and ("loss" in logs or "train_runtime" in logs)
-        ):
-            logs.update(collect_metrics(sifting).scalars(prefix="sifting/"))
-        return original_log(logs, *log_args, **log_kwargs)
-
-    trainer.sifting_dataloader = None
-    trainer.get_train_dataloader = get_train_dataloader
-    trainer.log = log
-    return trainer
+    hooks = HookSet(
+        "sifting",
+        {
+            "get_train_dataloader": get_train_dataloader,
+            "log": log_hook(trainer, "sifting_dataloader", "sifting/", log_metrics),
+        },
+        attributes={"sifting_dataloader": None},
+    )
+    return install(trainer, hooks)

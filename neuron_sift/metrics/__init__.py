@@ -1,4 +1,6 @@
-"""Sifting metrics: ``collect_metrics(loader)`` -> ``SiftingMetrics``, as log lines or TensorBoard scalars.
+"""Sifting metrics of either mode: ``collect_metrics(obj)`` -> ``SiftingMetrics`` or
+``EpochSiftingMetrics``, as log lines (``log_metrics``) or TensorBoard scalars
+(``write_tensorboard``).
 
 ``neuron_sift.metrics.lightning.TrainingMetricsRecorder`` (smart_sifting's Lightning
 callback) needs ``lightning`` and is imported from its own module; importing this package
@@ -7,8 +9,11 @@ needs neither lightning nor tensorboard.
 
 from neuron_sift.metrics.sifting_metrics import (
     DEFAULT_QUANTILES,
+    EpochSiftingMetrics,
     SiftingMetrics,
     collect_metrics,
+    find_epoch_loader,
+    find_loader,
     find_sifting_loader,
     log_metrics,
     write_tensorboard,
@@ -16,8 +21,11 @@ from neuron_sift.metrics.sifting_metrics import (
 
 __all__ = [
     "DEFAULT_QUANTILES",
+    "EpochSiftingMetrics",
     "SiftingMetrics",
     "collect_metrics",
+    "find_epoch_loader",
+    "find_loader",
     "find_sifting_loader",
     "log_metrics",
     "write_tensorboard",

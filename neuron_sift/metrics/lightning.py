@@ -1,12 +1,15 @@
-"""``TrainingMetricsRecorder``: smart_sifting's Lightning callback, recording sifting metrics.
+"""``TrainingMetricsRecorder``: smart_sifting's Lightning callback, recording sifting metrics
+of either mode.
 
 Add it to a Lightning ``Trainer`` whose ``LightningModule.train_dataloader()`` returns a
-``SiftingDataloader`` (built with ``model=self``) or an ``ExactLengthLoader`` around one.
-Every ``log_every_n_steps`` training batches and at the end of every training epoch it
-takes a ``SiftingMetrics`` snapshot (``neuron_sift.metrics.collect_metrics``) and sends
-its scalars (seen and kept counts, kept share, loss-history quantiles, sifting latency,
-compile count on XLA) to every logger of the Trainer (``trainer.loggers``: TensorBoard,
-CSV, ...) under ``sifting/``. ``recorder.last`` is the latest snapshot and
+``SiftingDataloader`` (built with ``model=self``), an ``EpochSiftingDataloader``, or an
+``ExactLengthLoader`` around either. Every ``log_every_n_steps`` training batches and at
+the end of every training epoch it takes a snapshot (``neuron_sift.metrics.collect_metrics``:
+a ``SiftingMetrics`` or an ``EpochSiftingMetrics``) and sends its scalars (per-batch: seen
+and kept counts, observed kept share, loss-history quantiles, sifting latency, compile
+count on XLA; epoch: the plan's share and weights, recorded scores, planned steps) to
+every logger of the Trainer (``trainer.loggers``: TensorBoard, CSV, ...) under the mode's
+prefix (``sifting/`` or ``epoch_sifting/``). ``recorder.last`` is the latest snapshot and
 ``recorder.records`` every ``(global_step, snapshot)`` taken.
 
 Lightning reads ``len(train_dataloader)`` once and ends every epoch after that many
@@ -36,18 +39,20 @@ except ImportError:  # pragma: no cover - the older package name
         raise ImportError("neuron_sift.metrics.lightning needs PyTorch Lightning: pip install lightning") from exc
 
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
-from neuron_sift.metrics.sifting_metrics import DEFAULT_QUANTILES, SiftingMetrics, collect_metrics, find_sifting_loader
+from neuron_sift.metrics.sifting_metrics import DEFAULT_QUANTILES, collect_metrics, find_loader
+from neuron_sift.metrics.snapshots import EpochSiftingMetrics, SiftingMetrics
 from neuron_sift.shared.sources import underlying_dataloader
 
 
 class TrainingMetricsRecorder(Callback):
     """Lightning callback: logs sifting metrics through the Trainer's loggers.
 
-    ``loader``: the ``SiftingDataloader`` to record (default: found in
-    ``trainer.train_dataloader`` when training starts). ``log_every_n_steps``: record every
-    that many training batches (default: the Trainer's ``log_every_n_steps``); a snapshot
-    is also taken at the end of each training epoch. ``quantiles`` of the loss history to
-    report. ``prefix`` of the logged names.
+    ``loader``: the ``SiftingDataloader`` or ``EpochSiftingDataloader`` to record (default:
+    found in ``trainer.train_dataloader`` when training starts). ``log_every_n_steps``:
+    record every that many training batches (default: the Trainer's ``log_every_n_steps``);
+    a snapshot is also taken at the end of each training epoch. ``quantiles`` of the loss
+    history to report (per-batch). ``prefix`` of the logged names (default: the mode's,
+    ``sifting/`` or ``epoch_sifting/``).
     """
 
     def __init__(
@@ -55,7 +60,7 @@ class TrainingMetricsRecorder(Callback):
         loader: Any = None,
         log_every_n_steps: int | None = None,
         quantiles: Sequence[float] = DEFAULT_QUANTILES,
-        prefix: str = "sifting/",
+        prefix: str | None = None,
     ):
         super().__init__()
         if log_every_n_steps is not None and (
@@ -66,25 +71,29 @@ class TrainingMetricsRecorder(Callback):
         self.log_every_n_steps = log_every_n_steps
         self.quantiles = tuple(quantiles)
         self.prefix = prefix
-        self.records: list[tuple[int, SiftingMetrics]] = []
-        self.last: SiftingMetrics | None = None
+        self.records: list[tuple[int, SiftingMetrics | EpochSiftingMetrics]] = []
+        self.last: SiftingMetrics | EpochSiftingMetrics | None = None
         self.cut_epochs: list[int] = []
-        self._sifting: SiftingDataloader | None = None
+        self._sifting: Any = None  # the loader recorded, of either mode
         self._direct = False
         self._batches = 0
         self._epoch_start_sources = 0
 
     # -- locating the loader -----------------------------------------------------------------
 
-    def _resolve(self, trainer: Any) -> SiftingDataloader | None:
+    def _resolve(self, trainer: Any) -> Any:
         target = self.loader if self.loader is not None else trainer.train_dataloader
-        sifting = find_sifting_loader(target)
+        sifting = find_loader(target)
         if sifting is None:
             rank_zero_warn(
-                "TrainingMetricsRecorder: no SiftingDataloader found in the training dataloader; "
-                "nothing will be recorded (pass loader=... or return a SiftingDataloader from train_dataloader())"
+                "TrainingMetricsRecorder: no SiftingDataloader (or EpochSiftingDataloader) found in the training "
+                "dataloader; nothing will be recorded (pass loader=... or return a SiftingDataloader from "
+                "train_dataloader())"
             )
             return None
+        if not isinstance(sifting, SiftingDataloader):  # an epoch loader plans its own epochs: none is cut
+            self._direct = False
+            return sifting
         # Whether Lightning iterates the SiftingDataloader itself (then an epoch is one pass).
         train = trainer.train_dataloader
         self._direct = train is sifting or (isinstance(train, (list, tuple)) and any(t is sifting for t in train))
@@ -98,12 +107,12 @@ class TrainingMetricsRecorder(Callback):
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         if self._sifting is None:
             self._sifting = self._resolve(trainer)
-        if self._sifting is not None:
+        if isinstance(self._sifting, SiftingDataloader):
             self._epoch_start_sources = self._sifting.counts.num_source_batches
 
     # -- recording ---------------------------------------------------------------------------
 
-    def record(self, trainer: Any) -> SiftingMetrics | None:
+    def record(self, trainer: Any) -> SiftingMetrics | EpochSiftingMetrics | None:
         """Take a snapshot now and send it to the Trainer's loggers (rank zero logs)."""
         if self._sifting is None:
             return None
@@ -111,7 +120,7 @@ class TrainingMetricsRecorder(Callback):
         step = int(trainer.global_step)
         self.last = metrics
         self.records.append((step, metrics))
-        scalars = metrics.scalars(self.prefix)
+        scalars = metrics.scalars(metrics.default_prefix if self.prefix is None else self.prefix)
         for lg in trainer.loggers:
             lg.log_metrics(scalars, step=step)
         return metrics

@@ -22,7 +22,7 @@ class CountSet:
     """
 
     NEWER: tuple[str, ...] = ()
-    IGNORED: tuple[str, ...] = ()  # saved for readers, restored from elsewhere
+    IGNORED: tuple[str, ...] = ()  # saved for readers, restored from elsewhere (neither required nor set)
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -39,10 +39,11 @@ class CountSet:
         unknown = sorted(set(state) - set(names) - set(self.IGNORED))
         if unknown:
             raise ValueError(f"unknown count(s) in the checkpoint: {unknown}")
-        missing = [n for n in names if n not in state and n not in self.NEWER]
+        restored = [n for n in names if n not in self.IGNORED]
+        missing = [n for n in restored if n not in state and n not in self.NEWER]
         if missing:
             raise ValueError(f"incomplete checkpoint: no count {', '.join(missing)}")
-        for name in names:
+        for name in restored:
             setattr(self, name, int(state.get(name, 0)))
 
 

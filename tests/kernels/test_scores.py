@@ -1,70 +1,18 @@
 """The epoch-level kernels against plain Python references: score scatter, weight gather,
-percentile among all recorded scores (ties count half), the weighted mean."""
+the weighted mean. (The percentile the policy ranks scores by is a host function of the
+planner's, tested in tests/neuron_sift/epoch/test_policy.py.)"""
 
 import math
 
-import numpy as np
 import pytest
 import torch
 from neuron_sift.kernels.scores import (
     gather_weights,
     new_score_table,
-    percentile_of_all,
     record_scores,
     score_writes,
     weighted_mean,
 )
-
-
-def reference_percentile(scores):
-    seen = [s for s in scores if not math.isnan(s)]
-    out = []
-    for s in scores:
-        if math.isnan(s):
-            out.append(1.0)
-            continue
-        less = sum(1 for t in seen if t < s)
-        equal = sum(1 for t in seen if t == s)
-        out.append((less + 0.5 * equal) / len(seen))
-    return out
-
-
-@pytest.mark.parametrize("method", ["search", "merge"])
-@pytest.mark.parametrize("seed", range(5))
-def test_percentile_matches_reference_with_ties_and_unscored(method, seed):
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(1, 60))
-    values = rng.integers(0, 6, size=n).astype(np.float32) / 2  # many ties
-    values[rng.random(n) < 0.3] = np.nan
-    got = percentile_of_all(torch.from_numpy(values), method=method)
-    assert got.tolist() == pytest.approx(reference_percentile(values.tolist()), abs=1e-6)
-
-
-@pytest.mark.parametrize("method", ["search", "merge"])
-def test_percentile_all_unscored_is_one_and_single_value_is_half(method):
-    assert percentile_of_all(torch.full((4,), float("nan")), method=method).tolist() == [1.0] * 4
-    assert percentile_of_all(torch.tensor([2.0, float("nan")]), method=method).tolist() == [0.5, 1.0]
-
-
-def test_percentile_methods_are_identical():
-    rng = np.random.default_rng(9)
-    values = np.where(rng.random(3000) < 0.5, rng.integers(0, 40, 3000) / 8, rng.random(3000)).astype(np.float32)
-    values[rng.random(3000) < 0.2] = np.nan
-    values[:4] = [np.inf, -np.inf, -0.0, 0.0]
-    scores = torch.from_numpy(values)
-    assert torch.equal(percentile_of_all(scores, method="search"), percentile_of_all(scores, method="merge"))
-
-
-def test_percentile_negative_zero_ties_with_zero():
-    for method in ("search", "merge"):
-        got = percentile_of_all(torch.tensor([-0.0, 0.0, 1.0]), method=method)
-        assert got.tolist() == pytest.approx([1 / 3, 1 / 3, 5 / 6])
-
-
-def test_percentile_bad_method():
-    for method in ("bogus", None):
-        with pytest.raises(ValueError, match="method"):
-            percentile_of_all(torch.zeros(3), method=method)
 
 
 def test_record_scores_writes_finite_losses_and_trashes_the_rest():

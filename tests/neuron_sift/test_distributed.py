@@ -1,24 +1,21 @@
-"""Data-parallel sifting under torchrun + gloo: equal steps per rank, no hang, synced params."""
-
-import os
+"""Per-batch sifting under torchrun + gloo: equal steps per rank, no hang, synced params.
+The worker (``ddp_worker.py --mode per-batch``) is shared with the epoch mode's tests."""
 
 import pytest
 
 from tests.neuron_sift import torchrun
 from tests.neuron_sift.torchrun import results
 
-WORKER = os.path.join(os.path.dirname(__file__), "ddp_worker.py")
-
 
 def launch(tmp_path, world, *args, tag="run"):
-    return torchrun.launch(WORKER, tmp_path, world, *args, tag=tag)
+    return torchrun.launch(torchrun.WORKER, tmp_path, world, "--mode", "per-batch", *args, tag=tag)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 3])
-@pytest.mark.parametrize("mode", ["probabilistic", "fixed"])
-def test_equal_steps_and_synchronised_parameters(tmp_path, mode, world):
-    out = launch(tmp_path, world, "--mode", mode, "--epochs", "3")
+@pytest.mark.parametrize("selection", ["probabilistic", "fixed"])
+def test_equal_steps_and_synchronised_parameters(tmp_path, selection, world):
+    out = launch(tmp_path, world, "--selection", selection, "--epochs", "3")
     runs = results(out, world)
     steps = [r["steps"] for r in runs]
     assert all(s == steps[0] for s in steps), steps
@@ -36,7 +33,7 @@ def test_equal_steps_and_synchronised_parameters(tmp_path, mode, world):
 
 @pytest.mark.slow
 def test_global_history_is_identical_on_every_rank(tmp_path):
-    out = launch(tmp_path, 2, "--mode", "probabilistic", "--global-history", "--epochs", "2")
+    out = launch(tmp_path, 2, "--selection", "probabilistic", "--global-history", "--epochs", "2")
     a, b = results(out, 2)
     assert a["steps"] == b["steps"]
     assert a["fill"] == b["fill"] == 64
@@ -58,7 +55,9 @@ def test_skewed_losses_keep_every_backlog_bounded(tmp_path, world, epochs):
     """Rank 0's data is hard (random labels), its peers' easy, the loss history global: rank
     0 keeps far more than its peers, yet its pending samples stay within max_pending (the
     excess is dropped and counted) and every rank takes the same steps."""
-    out = launch(tmp_path, world, "--mode", "probabilistic", "--global-history", "--skewed", "--epochs", str(epochs))
+    out = launch(
+        tmp_path, world, "--selection", "probabilistic", "--global-history", "--skewed", "--epochs", str(epochs)
+    )
     runs = results(out, world)
     assert all(r["steps"] == runs[0]["steps"] for r in runs)
     assert all(r["params"] == runs[0]["params"] for r in runs)
@@ -76,22 +75,22 @@ def test_skewed_losses_keep_every_backlog_bounded(tmp_path, world, epochs):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "mode,extra",
+    "selection,extra",
     [("probabilistic", ["--global-history", "--skewed"]), ("probabilistic", []), ("fixed", [])],
     ids=["probabilistic-global-skewed", "probabilistic", "fixed"],
 )
-def test_each_rank_resumes_its_own_state(tmp_path, mode, extra):
+def test_each_rank_resumes_its_own_state(tmp_path, selection, extra):
     """The model trains (its cross-entropy is the score) and the checkpoint holds model,
     optimizer and loader; in probabilistic mode it is taken between two batches of one
     agreement, so the rest of the agreed batches must come out first after resuming."""
-    common = ["--mode", mode, "--epochs", "3", "--lr", "0.2", *extra]
-    if mode == "probabilistic":
+    common = ["--selection", selection, "--epochs", "3", "--lr", "0.2", *extra]
+    if selection == "probabilistic":
         common.append("--save-mid-agreement")
     out = launch(tmp_path, 2, *common, "--save-after", "20", tag="full")
     full = results(out, 2)
     saved_at = full[0]["saved_at"]
     assert saved_at is not None and all(r["saved_at"] == saved_at for r in full)
-    if mode == "probabilistic":
+    if selection == "probabilistic":
         assert saved_at["budget_left"] > 0
     k = saved_at["step"]
     resumed_out = launch(tmp_path, 2, *common, "--load", tag="full")

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+WORKER = os.path.join(os.path.dirname(__file__), "ddp_worker.py")  # both modes' DDP worker
 TIMEOUT_S = 240  # a hang fails the test instead of blocking CI
 
 

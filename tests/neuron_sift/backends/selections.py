@@ -20,7 +20,7 @@ def per_epoch_ids(loader, epochs):
 def assert_same_selections(got, want, mode, share=0.01):
     """``got`` and ``want`` (per-epoch lists of emitted id batches) kept the same samples,
     up to a few decisions within rounding of their threshold: per epoch, the kept samples (a
-    multiset: samples still waiting at an epoch's end are emitted in the next) differ by at
+    multiset: samples still pending at an epoch's end are emitted in the next) differ by at
     most ``share`` of them (and at most 2 below 200 kept); the batch counts differ by at most
     one, and not at all in fixed mode, whose counts never depend on values."""
     assert len(got) == len(want), "different numbers of epochs"

@@ -1,21 +1,17 @@
 """Every graph the per-batch engine builds on torch-xla, checked against Neuron's
 documented compiler limits (``hlo_limits.py``).
 
-The HLO is torch-xla's, before XLA's own passes: what neuronx-cc receives. The epoch-level
-kind (issue 14) is not in this tree yet; its graphs join this test when it lands.
+The HLO is torch-xla's, before XLA's own passes: what neuronx-cc receives. The graphs are
+the per-batch engine's over the shapes that matter (``xla_probe.py --mode shapes``).
 """
 
 import glob
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from tests.neuron_sift.backends.hlo_limits import MASK_OPS, check_module
-
-HERE = os.path.dirname(__file__)
+from tests.neuron_sift.backends.xla_probe import run_probe
 
 # Patterns found and judged safe, with the reason (none in the HLO today). What the HLO
 # cannot show, recorded here because it was judged rather than checked:
@@ -88,12 +84,7 @@ def test_checker_passes_what_neuron_accepts():
 def test_engine_graphs_stay_within_neuron_limits(tmp_path):
     pytest.importorskip("torch_xla", reason="torch-xla not installed (CI installs it: pip install -e .[xla])")
     dump = tmp_path / "hlo"
-    env = dict(os.environ, PJRT_DEVICE="CPU", XLA_FLAGS=f"--xla_dump_to={dump}")
-    done = subprocess.run(
-        [sys.executable, os.path.join(HERE, "hlo_probe.py")], capture_output=True, text=True, env=env, timeout=1200
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    probe = json.loads(done.stdout.strip().splitlines()[-1])
+    probe = run_probe("--mode", "shapes", env={"XLA_FLAGS": f"--xla_dump_to={dump}"}, timeout=1200)
     counters = probe["counters"]
     assert [c for c in counters if c.startswith("aten::")] == []
     assert [c for c in counters if c in MASK_OPS] == []  # no boolean-mask read or assignment traced

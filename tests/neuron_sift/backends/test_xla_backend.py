@@ -16,14 +16,13 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from neuron_sift import RelativeProbabilisticSiftConfig, SiftingDataloader
 from tests.neuron_sift.backends.selections import assert_same_selections, per_epoch_ids
+from tests.neuron_sift.backends.xla_probe import CELoss, run_probe  # the probe's loss, the same user code
 from tests.neuron_sift.dataloader.fakes import Classifier, OracleLoss, loss_table_loader
 
 pytestmark = pytest.mark.xla  # without torch-xla: deselected by scripts/test.sh, skipped by tests/conftest.py
 
 try:
     import torch_xla
-
-    from tests.neuron_sift.backends.xla_probe import CELoss  # the probe's loss, the same user code
 except ImportError:
     torch_xla = None
 
@@ -76,12 +75,8 @@ def test_backend_follows_the_model_device():
 
 def probe(mode, source="dataloader", epochs=4):
     """Counts from a fresh process (compilations are cached process-wide)."""
-    script = os.path.join(os.path.dirname(__file__), "xla_probe.py")
-    env = dict(os.environ, PJRT_DEVICE="CPU")
-    cmd = [sys.executable, script, "--mode", mode, "--epochs", str(epochs), "--source", source]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    selection = ["--mode", "plain"] if mode == "plain" else ["--mode", "per-batch", "--selection", mode]
+    return run_probe(*selection, "--epochs", str(epochs), "--source", source)
 
 
 @pytest.fixture(scope="module")

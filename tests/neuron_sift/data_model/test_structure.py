@@ -93,7 +93,7 @@ def test_signature_survives_json_and_weights_only_loading(batch, signature, path
 def test_build_round_trips_the_users_batch(batch, signature, paths):
     parsed = DefaultBatchTransform(B).transform(batch)
     assert_same(parsed.structure.build(parsed.leaves), batch)
-    # The same structure over other leaves: what device staging and checkpoints do.
+    # The same structure over other leaves: what the device pending store and checkpoints do.
     rebuilt = DefaultSiftingBatch(parsed.structure, [leaf.select([1, 0]) for leaf in parsed.leaves], 2)
     assert_same(rebuilt.to_user(), DefaultBatchTransform(B).reverse_transform(parsed.select([1, 0])))
     assert_same(parsed.with_leaves(list(parsed.leaves), len(parsed)).to_user(), batch)

@@ -210,7 +210,8 @@ def test_with_drop_last_the_record_reports_the_trained_samples():
     assert trained == [96, 48]  # 100 -> 6 batches of 16; 50 kept -> 3 batches
     assert (warm["kept"], warm["planned"], sift["kept"], sift["planned"]) == (96, 100, 48, 50)
     m = loader.metrics()
-    assert m["kept_share"] == sift["kept_share"] == 0.48
+    assert m["observed_kept_share"] == sift["observed_kept_share"] == 0.48
+    assert m["kept_share"] == sift["kept_share"] == 0.48  # the alias, for one release
     assert m["epochs"][1]["kept"] == 48
 
 

@@ -65,6 +65,7 @@ def test_a_version_1_state_resumes_exactly():
     rest = train_to_the_end(b, meta["num_epochs"])
     assert rest == meta["rest"]
     assert [h["kept"] for h in b.history] == meta["kept"]
+    assert all(h["observed_kept_share"] == h["kept_share"] for h in b.history)  # older entries: read from the alias
     scores = b.tables.snapshot()
     reference = torch.tensor(meta["final_scores"])
     assert torch.equal(scores.isnan(), reference.isnan())
@@ -166,6 +167,15 @@ def test_incomplete_states_are_refused_before_anything_changes():
     state = a.state_dict()
     del state["guard"]
     with pytest.raises(ValueError, match="incomplete: no guard"):
+        a.load_state_dict(state)
+    assert a.epoch == 0 and a.plan is None
+    state = a.state_dict()
+    del state["pairing"]["losses_recorded"]
+    with pytest.raises(ValueError, match="no count losses_recorded"):
+        a.load_state_dict(state)
+    state = a.state_dict()
+    state["pairing"]["batches_repeated"] = 1
+    with pytest.raises(ValueError, match="unknown count"):
         a.load_state_dict(state)
     assert a.epoch == 0 and a.plan is None
     with pytest.raises(ValueError, match="not an EpochSiftingDataloader state"):

@@ -1,19 +1,17 @@
 """Epoch-level sifting under torchrun + gloo: one plan for all ranks, equal batches, one
-collective per epoch, merged scores, synchronised parameters, per-rank exact resume."""
-
-import os
+collective per epoch, merged scores, synchronised parameters, per-rank exact resume. The
+worker (``tests/neuron_sift/ddp_worker.py --mode epoch``) is shared with the per-batch mode's tests."""
 
 import pytest
 
 from tests.neuron_sift import torchrun
 from tests.neuron_sift.torchrun import results
 
-WORKER = os.path.join(os.path.dirname(__file__), "epoch_ddp_worker.py")
 EPOCHS = 5  # warm-up, 3 sifted, 1 annealing (anneal_fraction 0.2)
 
 
 def launch(tmp_path, world, *args, tag="run"):
-    return torchrun.launch(WORKER, tmp_path, world, *args, tag=tag)
+    return torchrun.launch(torchrun.WORKER, tmp_path, world, "--mode", "epoch", *args, tag=tag)
 
 
 @pytest.mark.slow
@@ -63,7 +61,7 @@ def test_a_subset_sampler_is_honoured_on_every_rank(tmp_path):
     """A SubsetRandomSampler over two samples in three: no rank reads a sample outside it in
     any epoch (warm-up, sifted, annealing), the shares stay disjoint, and full epochs cover
     the subset (less its remainder over the ranks)."""
-    from tests.neuron_sift.epoch.epoch_ddp_worker import subset_of
+    from tests.neuron_sift.ddp_worker import subset_of
 
     world, budget = 2, 0.4
     args = ["--epochs", str(EPOCHS), "--budget", str(budget), "--subset", "split"]

@@ -279,6 +279,27 @@ def test_planned_steps_arguments():
         loader.planned_steps(epochs=0)
 
 
+def test_length_is_exact_with_a_budget_or_when_no_epoch_is_sifted():
+    """Exact lengths need no scores: a budget fixes every sifted epoch's count, and a run
+    whose epochs are all warm-up or annealing never sifts."""
+    exact = {
+        (cfg_share, epochs): EpochSiftingDataloader(
+            {"seed": 0, "kept_share": cfg_share, "warmup_epochs": 1, "anneal_fraction": 0.5},
+            DataLoader(IdDataset(20), batch_size=4),
+            num_epochs=epochs,
+        ).length_is_exact
+        for cfg_share in (None, 0.5)
+        for epochs in (None, 1, 2, 4)
+    }
+    assert exact == {
+        (None, None): False,  # every epoch after the warm-up is sifted
+        (None, 1): True,  # the warm-up only
+        (None, 2): True,  # warm-up and annealing
+        (None, 4): False,  # epoch 1 is sifted
+        **{(0.5, e): True for e in (None, 1, 2, 4)},
+    }
+
+
 def test_training_reaches_the_model_and_metrics_report():
     torch.manual_seed(0)
     x = torch.randn(512, 6)
@@ -307,14 +328,14 @@ def test_training_reaches_the_model_and_metrics_report():
 
 
 def test_a_stream_prefetching_across_epochs_keeps_pairs_and_weights():
-    """EpochStream (the Trainer integration) with a look-ahead of 3 batches, as the Trainer's
+    """ExactLengthLoader (the Trainer integration's stream) with a look-ahead of 3 batches, as the Trainer's
     gradient accumulation pulls them: batches of the previous epoch paired after the next
     epoch was planned get their own epoch's weights. (The losses change from epoch to epoch,
     so each epoch's keep probabilities, and weights, are its own.)"""
-    from neuron_sift.integrations.epoch_trainer import EpochStream
+    from neuron_sift.integrations.schedules import ExactLengthLoader
 
     ds, loader = make(n=100, batch=8, epochs=5, cfg={"kept_share": 0.5})
-    stream = EpochStream(loader, loader.planned_steps() // 3)
+    stream = ExactLengthLoader(loader, loader.planned_steps() // 3)
     latest, checked, carried = {}, 0, 0
     for _ in range(3):
         it = iter(stream)

@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from neuron_sift import EpochSiftingDataloader, LossOutputException
-from neuron_sift.integrations.epoch_trainer import EpochStream
+from neuron_sift.integrations.schedules import ExactLengthLoader
 from tests.neuron_sift.epoch.helpers import IdDataset, ids_of, oracle, oracle_loss
 
 
@@ -114,12 +114,12 @@ def test_a_one_batch_prefetch_is_learned_and_a_skip_in_it_is_caught(use_skip):
 
 
 def test_gradient_accumulation_groups_across_epochs_never_trip_the_check():
-    """The Trainer pulls ``k`` batches per optimizer step through ``EpochStream`` (batches of
+    """The Trainer pulls ``k`` batches per optimizer step through ``ExactLengthLoader`` (batches of
     the previous epoch still waiting); the last group of a Trainer epoch is short, and may be
     the first pull of a new loader epoch: the look-ahead learned before stays."""
     for per_epoch in range(5, 12):
         loader = make(n=100, batch=8, epochs=5, cfg={"kept_share": 0.5})
-        stream = EpochStream(loader, per_epoch)
+        stream = ExactLengthLoader(loader, per_epoch)
         trained = set()
         for _ in range(4):
             it = iter(stream)

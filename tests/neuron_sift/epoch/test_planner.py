@@ -102,7 +102,9 @@ def test_systematic_sampling_has_the_planned_marginals():
     trials = 4000
     for _ in range(trials):
         perm = torch.randperm(40, generator=g)
-        picked = systematic_sample(pi, perm, round(k), float(torch.rand((), generator=g)))
+        picked = torch.from_numpy(
+            systematic_sample(pi.numpy(), perm.numpy(), round(k), float(torch.rand((), generator=g)))
+        )
         assert len(set(picked.tolist())) == round(k)
         counts[picked] += 1
     freq = counts / trials

@@ -1,43 +1,29 @@
-"""``enable_sifting`` with a real ``transformers.Trainer`` training a small BERT (built from a config).
+"""``enable_sifting`` with a real ``transformers.Trainer`` training a small BERT (built from a
+config), and one mode enabled after the other.
 
 The runs happen in subprocesses (``trainer_scenarios.py``), since transformers and
 accelerate choose torch-xla at import when it is installed: the CPU runs set
 ``USE_TORCH_XLA=0`` (Hugging Face's switch), the XLA run trains on torch-xla's CPU device.
 """
 
-import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from tests.neuron_sift.integrations.readme_examples import example
+from tests.neuron_sift.integrations.trainer_harness import run_python, scenarios
 
-ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.slow
-
-
-def run_python(args, env_extra, cwd=ROOT, timeout=600):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), **env_extra)
-    done = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, (
-        f"exit {done.returncode}\n--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-8000:]}"
-    )
-    return done.stdout
-
-
-def scenarios(which, env_extra):
-    out = run_python(["-m", "tests.neuron_sift.integrations.trainer_scenarios", which], env_extra)
-    (line,) = [x for x in out.splitlines() if x.startswith("RESULTS ")]
-    return json.loads(line[len("RESULTS ") :])
 
 
 @pytest.fixture(scope="module")
 def cpu_runs():
-    return scenarios("cpu", {"USE_TORCH_XLA": "0"})
+    return scenarios("sifting", "cpu")
+
+
+@pytest.fixture(scope="module")
+def switch_runs():
+    return scenarios("switch", "cpu")
 
 
 def check_exact_run(r, epochs, grad_accumulation=1):
@@ -149,6 +135,33 @@ def test_enabling_twice_replaces_the_settings(cpu_runs):
     assert r["kept_share"] == 0.5  # the second config (beta 1), not the first (beta 3)
 
 
+def test_enabling_epoch_sifting_after_sifting_replaces_it(switch_runs):
+    """The epoch mode's hooks replace the per-batch mode's: no per-batch loader is built, its
+    loss never runs, and only the epoch mode's scalars are logged."""
+    r = switch_runs["sifting_then_epoch"]
+    assert r["mode"] == "epoch_sifting" and not r["per_batch_loader"] and r["per_batch_loss_calls"] == 0
+    assert r["loader_type"] == "ExactLengthLoader" and r["logged"] and not r["sifting_logged"]
+    assert r["global_step"] == r["planned"] and r["unpaired"] == 0
+
+
+def test_enabling_sifting_after_epoch_sifting_replaces_it(switch_runs):
+    """The per-batch mode's hooks replace the epoch mode's: the Trainer's own compute_loss and
+    train are back, the saving callback is gone, and only per-batch scalars are logged."""
+    r = switch_runs["epoch_then_sifting"]
+    assert r["mode"] == "sifting" and not r["epoch_loader"]
+    assert r["own_methods"] and r["callbacks_back"] and r["attributes_back"]
+    assert r["loader_type"] == "ExactLengthLoader" and r["logged"] > 0 and not r["epoch_sifting_logged"]
+    assert r["global_step"] == r["max_steps"] and r["counts"]["num_batches_emitted"] == r["global_step"]
+    assert r["scored_by_trainer_model"] and r["kept_share"] == 0.5
+
+
+def test_enabling_epoch_sifting_twice_replaces_the_settings(switch_runs):
+    r = switch_runs["epoch_twice"]
+    assert r["callbacks_added"] == 1  # one saving callback, not two
+    assert r["kept"][1] == 48  # the second config (kept share 0.5 of 96), not the first (0.25)
+    assert r["global_step"] == r["planned"] and r["unpaired"] == 0
+
+
 def test_readme_hugging_face_trainer_example(tmp_path):
     script = tmp_path / "hf_example.py"
     script.write_text(example("Hugging Face Trainer"), encoding="utf-8")
@@ -164,7 +177,7 @@ def test_readme_hugging_face_trainer_example(tmp_path):
 @pytest.mark.xla
 def test_trainer_on_xla_sifts_the_accelerate_device_loader():
     """On XLA accelerate wraps the train loader in MpDeviceLoader; sifting takes it as its source."""
-    r = scenarios("xla", {"USE_TORCH_XLA": "1", "PJRT_DEVICE": "CPU"})["xla_fixed"]
+    r = scenarios("sifting", "xla")["xla_fixed"]
     assert r["backend"] == "xla" and r["source_type"] == "MpDeviceLoaderWrapper"
     assert r["loader_type"] == "ExactLengthLoader"
     assert r["global_step"] == r["max_steps"] == r["len_loader"] == r["planned_per_epoch"] == 4

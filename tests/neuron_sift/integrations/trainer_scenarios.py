@@ -1,180 +1,42 @@
-"""Hugging Face Trainer runs with ``enable_sifting``, executed in a subprocess by test_trainer.py.
+"""Hugging Face Trainer runs of both sifting modes, executed in a subprocess by
+test_trainer.py and test_epoch_trainer.py (see ``trainer_harness.py`` for why). Prints one
+JSON object: scenario name -> observations.
 
-A subprocess, because transformers and accelerate decide once per process, at import,
-whether to train on torch-xla (installed in CI, and started by tests/conftest.py): CPU
-runs set ``USE_TORCH_XLA=0``, Hugging Face's switch, the XLA run leaves it on. Prints
-one JSON object: scenario name -> observations.
-
-    python -m tests.neuron_sift.integrations.trainer_scenarios cpu|xla
+    python -m tests.neuron_sift.integrations.trainer_scenarios sifting|epoch|switch cpu|xla|resume
 """
 
-import json
-import math
+import os
 import sys
 import tempfile
 
 import torch
-from torch.utils.data import Dataset
-from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
 
-from neuron_sift import Loss, RelativeProbabilisticSiftConfig, SiftingDataloader
 from neuron_sift.exceptions import LossImplementationNotProvidedException, SiftConfigValidationException
-from neuron_sift.integrations.schedules import ExactLengthLoader, planned_steps
-from neuron_sift.integrations.trainer import TrainerSource, enable_sifting
+from neuron_sift.integrations.epoch_trainer import enable_epoch_sifting
+from neuron_sift.integrations.schedules import ExactLengthLoader
+from neuron_sift.integrations.trainer import enable_sifting
+from neuron_sift.integrations.trainer_patch import installed_mode
+from tests.neuron_sift.integrations.trainer_harness import (
+    SiftBertLoss,
+    TinyTextClassifier,
+    ToyTextDataset,
+    TrainedIds,
+    bert,
+    compiles_per_epoch,
+    gpt,
+    make_trainer,
+    observe,
+    observe_epoch,
+    save_at,
+    sift_config,
+)
 
-BATCH = 8
+EPOCH_CONFIG = {"seed": 0, "kept_share": 0.5, "anneal_fraction": 0.25}
 
-
-class ToyTextDataset(Dataset):
-    def __init__(self, n=96, seq_len=16):
-        g = torch.Generator().manual_seed(0)
-        self.input_ids = torch.randint(5, 100, (n, seq_len), generator=g)
-        self.labels = (self.input_ids[:, 0] > 50).long()
-
-    def __len__(self):
-        return len(self.labels)
-
-    def __getitem__(self, i):
-        ids = self.input_ids[i]
-        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": self.labels[i]}
-
-
-class SiftBertLoss(Loss):
-    def __init__(self):
-        self.celoss = torch.nn.CrossEntropyLoss(reduction="none")
-        self.calls = 0
-        self.models = set()
-        self.batch_types = set()
-
-    def loss(self, model, transformed_batch, original_batch=None):
-        self.calls += 1
-        self.models.add(id(model))
-        self.batch_types.add(type(original_batch).__name__)
-        inputs = {k: v for k, v in original_batch.items() if k != "labels"}
-        logits = ModelOutput(model(**inputs)).logits
-        return self.celoss(logits, original_batch["labels"])
+# -- per-batch sifting (enable_sifting) ------------------------------------------------------
 
 
-def bert():
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=100,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=32,
-        num_labels=2,
-    )
-    return BertForSequenceClassification(config)
-
-
-def sift_config(mode, delay=2, beta=1.0):
-    return RelativeProbabilisticSiftConfig(
-        beta_value=beta,
-        loss_history_length=64,
-        loss_based_sift_config={"sift_config": {"sift_delay": delay}},
-        selection_mode=mode,
-        seed=0,
-    )
-
-
-class TinyTextClassifier(torch.nn.Module):
-    """Mean of token embeddings and a linear head: a Trainer-compatible model that compiles fast on XLA."""
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.embed = torch.nn.Embedding(100, 16)
-        self.head = torch.nn.Linear(16, 2)
-
-    def forward(self, input_ids, attention_mask=None, labels=None):
-        logits = self.head(self.embed(input_ids).mean(dim=1))
-        out = {"logits": logits}
-        if labels is not None:
-            out["loss"] = torch.nn.functional.cross_entropy(logits, labels)
-        return out
-
-
-class ModelOutput(dict):
-    """Attribute access (``.logits``) for the plain dict of TinyTextClassifier."""
-
-    __getattr__ = dict.__getitem__
-
-
-def make_trainer(out, n=96, xla=False, model=None, **kwargs):
-    args = dict(
-        output_dir=out,
-        per_device_train_batch_size=BATCH,
-        learning_rate=1e-3,
-        logging_steps=2,
-        save_strategy="no",
-        report_to=[],
-        disable_tqdm=True,
-        seed=0,
-    )
-    if xla:
-        args["optim"] = "adamw_torch"  # transformers' default fused AdamW does not take XLA tensors
-    else:
-        args["use_cpu"] = True
-    args.update(kwargs)
-    model = bert() if model is None else model
-    return Trainer(model=model, args=TrainingArguments(**args), train_dataset=ToyTextDataset(n))
-
-
-def planned_per_epoch(trainer, cfg, passes):
-    """What the Trainer's epochs should hold: planned batches of `passes` passes / passes, rounded."""
-    source = TrainerSource(trainer._neuron_sift_originals["get_train_dataloader"]())
-    probe = SiftingDataloader(sift_config=cfg, orig_dataloader=source, loss_impl=SiftBertLoss(), model=trainer.model)
-    return max(1, math.floor(planned_steps(probe, passes) / passes + 0.5))
-
-
-def counted_per_epoch(trainer, cfg, passes):
-    """Batches a sifted loader over the Trainer's own source really emits in `passes` passes,
-    per pass: counted by iterating it, not planned (run before training: same weights)."""
-    source = TrainerSource(trainer._neuron_sift_originals["get_train_dataloader"]())
-    probe = SiftingDataloader(sift_config=cfg, orig_dataloader=source, loss_impl=SiftBertLoss(), model=trainer.model)
-    return sum(1 for _ in range(passes) for _ in probe) / passes
-
-
-def observe(trainer, loss, cfg=None, passes=None):
-    before = [p.detach().clone().cpu() for p in trainer.model.parameters()]
-    counted = counted_per_epoch(trainer, cfg, passes) if cfg is not None else None
-    out = trainer.train()
-    sifting = trainer.sifting_dataloader
-    c = sifting.counts
-    logs = [e for e in trainer.state.log_history if "sifting/kept_share" in e]
-    result = {
-        "global_step": trainer.state.global_step,
-        "max_steps": trainer.state.max_steps,
-        "state_epoch": trainer.state.epoch,
-        "num_train_epochs": trainer.args.num_train_epochs,
-        "args_max_steps": trainer.args.max_steps,
-        "final_lr": trainer.lr_scheduler.get_last_lr()[0],
-        "trained": any(not torch.equal(a, b.detach().cpu()) for a, b in zip(before, trainer.model.parameters())),
-        "counts": c.as_dict(),
-        "len_loader": len(trainer.callback_handler.train_dataloader),
-        "loader_type": type(trainer.callback_handler.train_dataloader).__name__,
-        "source_type": type(sifting.orig_dataloader.prepared).__name__,
-        "backend": sifting.backend.name,
-        "scored_by_trainer_model": loss.models == {id(trainer.model)},
-        "loss_calls": loss.calls,
-        "loss_batch_types": sorted(loss.batch_types),
-        "passes": trainer.callback_handler.train_dataloader.passes,
-        "logged": len(logs),
-        "logged_keys": sorted(logs[-1]) if logs else [],
-        "final_logged_seen": logs[-1]["sifting/num_orig_samples_seen"] if logs else None,
-        "train_metrics_kept_share": out.metrics.get("sifting/kept_share"),
-        "kept_share": c.num_orig_samples_kept / c.num_orig_samples_seen,
-    }
-    if cfg is not None:
-        result["planned_per_epoch"] = planned_per_epoch(trainer, cfg, passes)
-        result["counted_per_epoch"] = counted
-        result["exact"] = sifting.length_is_exact
-    return result
-
-
-def cpu_scenarios(out):
+def sifting_cpu(out):
     results = {}
 
     # Fixed mode, no max_steps, no set_epochs: the known length plans the run.
@@ -267,7 +129,7 @@ def cpu_scenarios(out):
     return results
 
 
-def xla_scenarios(out):
+def sifting_xla(out):
     cfg = sift_config("fixed", delay=0)
     trainer = make_trainer(out, n=64, xla=True, model=TinyTextClassifier(), num_train_epochs=1, logging_steps=4)
     loss = SiftBertLoss()
@@ -282,10 +144,155 @@ def xla_scenarios(out):
     return {"xla_fixed": result}
 
 
+# -- epoch-level sifting (enable_epoch_sifting) ---------------------------------------------
+
+
+def epoch_run(model, data, out, epochs=4, accumulate=1, share=0.5):
+    trainer = make_trainer(
+        out,
+        model=model,
+        data=data,
+        eval_data=data,
+        num_train_epochs=epochs,
+        gradient_accumulation_steps=accumulate,
+        lr_scheduler_type="linear",
+        seed=42,
+    )
+    enable_epoch_sifting(trainer, {**EPOCH_CONFIG, "kept_share": share})
+    result = trainer.train()
+    r = observe_epoch(trainer)
+    lrs = [h["learning_rate"] for h in trainer.state.log_history if "learning_rate" in h]
+    r.update(last_lr=lrs[-1] if lrs else None, eval_loss=trainer.evaluate().get("eval_loss"))
+    r["train_loss"] = result.training_loss
+    return r
+
+
+def epoch_cpu(out):
+    classifier, lm = bert(), gpt()
+    return {
+        "classification": epoch_run(classifier, ToyTextDataset(), out),
+        "causal_lm": epoch_run(lm, ToyTextDataset(lm=True), out, accumulate=2),
+    }
+
+
+def epoch_xla(out, epochs=5):
+    """A model that compiles fast, on the device accelerate picks wherever torch-xla is installed."""
+    box, compiles = [], []
+    trainer = make_trainer(
+        out, n=64, xla=True, model=TinyTextClassifier(), num_train_epochs=epochs, logging_steps=4, seed=42,
+        callbacks=[compiles_per_epoch(box, compiles)],
+    )  # fmt: skip
+    box.append(trainer)
+    enable_epoch_sifting(trainer, {"seed": 0, "kept_share": 0.5, "anneal_fraction": 0.2})
+    trainer.train()
+    return {"xla": {**observe_epoch(trainer), "compiles": compiles}}
+
+
+def resume_trainer(out, data, trained, save=()):
+    trainer = make_trainer(
+        out, model=TinyTextClassifier(), data=data, num_train_epochs=4, learning_rate=1e-2, logging_steps=500,
+        callbacks=[save_at(save)],
+    )  # fmt: skip
+    return enable_epoch_sifting(trainer, EPOCH_CONFIG, trained)
+
+
+def epoch_resume(out):
+    """An uninterrupted run saving at the end of Trainer epoch 2 (step 12 of 24) and mid-epoch
+    (step 9); runs resumed from each, and from step 12's state as 0.4.0's EpochStream wrote it."""
+    data = ToyTextDataset(n=64)
+    full = TrainedIds(data)
+    trainer = resume_trainer(out, data, full, save=(9, 12))
+    trainer.train()
+    weights = [p.detach().clone() for p in trainer.model.parameters()]
+    resumed = TrainedIds(data)
+    again = resume_trainer(out, data, resumed)
+    again.train(resume_from_checkpoint=f"{out}/checkpoint-12")
+    m = again.epoch_sifting_dataloader.metrics()
+    saved = torch.load(f"{out}/checkpoint-12/epoch_sifting_rank0.pt", weights_only=True)
+    result = {
+        "per_epoch": len(trainer.epoch_sifting_stream),
+        "full_steps": full.steps,
+        "resumed_steps": resumed.steps,
+        "global_step": again.state.global_step,
+        "saved": sorted(f for f in os.listdir(f"{out}/checkpoint-12") if f.startswith("epoch_sifting")),
+        "saved_kind": saved["kind"],
+        "same_weights": all(torch.allclose(a, b) for a, b in zip(weights, again.model.parameters())),
+        "kinds": [e["kind"] for e in m["epochs"]],
+        "unpaired": m["unpaired_batches"],
+    }
+    # The same checkpoint as 0.4.0 wrote it: EpochStream's keys, no kind, no version.
+    old = {"loader": saved["loader"], "per_epoch": saved["steps_per_epoch"], "in_epoch": saved["epoch_yielded"]}
+    torch.save(old, f"{out}/checkpoint-12/epoch_sifting_rank0.pt")
+    from_old = TrainedIds(data)
+    resume_trainer(out, data, from_old).train(resume_from_checkpoint=f"{out}/checkpoint-12")
+    result["resumed_from_0_4_0"] = from_old.steps
+    try:
+        resume_trainer(out, data, TrainedIds(data)).train(resume_from_checkpoint=f"{out}/checkpoint-9")
+        result["mid_epoch"] = None
+    except ValueError as e:
+        result["mid_epoch"] = str(e)
+    return {"resume": result}
+
+
+# -- one mode after the other: the later one replaces the earlier -----------------------------
+
+
+def switch_cpu(out):
+    results = {}
+    loss = SiftBertLoss()
+    trainer = make_trainer(out, model=TinyTextClassifier(), num_train_epochs=2)
+    enable_sifting(trainer, sift_config("fixed", delay=0), loss)
+    enable_epoch_sifting(trainer, EPOCH_CONFIG)
+    trainer.train()
+    results["sifting_then_epoch"] = {
+        **observe_epoch(trainer),
+        "mode": installed_mode(trainer),
+        "per_batch_loader": getattr(trainer, "sifting_dataloader", None) is not None,
+        "per_batch_loss_calls": loss.calls,
+    }
+    trainer = make_trainer(out, model=TinyTextClassifier(), num_train_epochs=2)
+    originals = {name: getattr(trainer, name) for name in ("compute_loss", "train", "log")}
+    accepts_loss_kwargs = trainer.model_accepts_loss_kwargs
+    callbacks = len(trainer.callback_handler.callbacks)
+    enable_epoch_sifting(trainer, EPOCH_CONFIG)
+    enable_sifting(trainer, sift_config("fixed", delay=0), loss := SiftBertLoss())
+    r = observe(trainer, loss)
+    r.update(
+        mode=installed_mode(trainer),
+        epoch_loader=getattr(trainer, "epoch_sifting_dataloader", None) is not None,
+        # the Trainer's own methods are back (bound methods compare equal by function and instance)
+        own_methods=all(getattr(trainer, name) == m for name, m in originals.items() if name != "log"),
+        callbacks_back=len(trainer.callback_handler.callbacks) == callbacks,
+        attributes_back=trainer.model_accepts_loss_kwargs == accepts_loss_kwargs,
+    )
+    results["epoch_then_sifting"] = r
+    trainer = make_trainer(out, model=TinyTextClassifier(), num_train_epochs=4)
+    enable_epoch_sifting(trainer, {**EPOCH_CONFIG, "kept_share": 0.25})
+    enable_epoch_sifting(trainer, EPOCH_CONFIG)
+    trainer.train()
+    results["epoch_twice"] = {
+        **observe_epoch(trainer),
+        "callbacks_added": len(trainer.callback_handler.callbacks) - callbacks,
+    }
+    return results
+
+
+SCENARIOS = {
+    ("sifting", "cpu"): sifting_cpu,
+    ("sifting", "xla"): sifting_xla,
+    ("epoch", "cpu"): epoch_cpu,
+    ("epoch", "xla"): epoch_xla,
+    ("epoch", "resume"): epoch_resume,
+    ("switch", "cpu"): switch_cpu,
+}
+
+
 def main():
-    which = sys.argv[1]
+    import json
+
+    mode, which = sys.argv[1:3]
     with tempfile.TemporaryDirectory() as out:
-        results = cpu_scenarios(out) if which == "cpu" else xla_scenarios(out)
+        results = SCENARIOS[mode, which](out)
     print("RESULTS " + json.dumps(results))
 
 

@@ -259,6 +259,58 @@ def test_recorder_with_an_explicit_loader():
         TrainingMetricsRecorder(log_every_n_steps=0)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("callback", ["recorder", "deprecated_alias"])
+def test_lightning_fit_with_the_epoch_loader(callback):
+    """The same callback reports the epoch loader's scalars (under ``epoch_sifting/``); the
+    0.4.0 ``lightning_callback()`` is a deprecated alias returning it."""
+    import torch.nn.functional as F
+
+    from neuron_sift import EpochSiftingDataloader
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(6, 2)
+
+        def train_dataloader(self):
+            g = torch.Generator().manual_seed(0)
+            x = torch.randn(200, 6, generator=g)
+            y = (x[:, 0] > 0).long()
+            self.sift = EpochSiftingDataloader(
+                {"seed": 0, "kept_share": 0.4}, DataLoader(TensorDataset(x, y), batch_size=16), num_epochs=4
+            )
+            return self.sift
+
+        def training_step(self, batch, i):
+            x, y = batch
+            return self.sift.weighted_loss(F.cross_entropy(self.net(x), y, reduction="none"))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    if callback == "recorder":
+        recorder = TrainingMetricsRecorder()
+    else:
+        from neuron_sift.metrics.epoch_metrics import lightning_callback
+
+        with pytest.warns(DeprecationWarning, match="lightning_callback is deprecated"):
+            recorder = lightning_callback()
+    m = Module()
+    trainer, (memory,), warned = fit(m, recorder, max_epochs=4)
+    metrics = m.sift.metrics()
+    assert [e["kind"] for e in metrics["epochs"]] == ["warmup", "sift", "sift", "sift"]
+    assert metrics["scores_recorded"] == 200 and metrics["unpaired_batches"] == 0
+    assert trainer.global_step == 13 + 3 * 5
+    assert warned == [] and recorder.cut_epochs == []
+    logged = [(step, m) for step, m in memory.calls if "epoch_sifting/kept_share" in m]
+    assert logged and logged[-1][0] == trainer.global_step
+    final = logged[-1][1]
+    assert final["epoch_sifting/observed_kept_share"] == final["epoch_sifting/kept_share"]
+    assert final["epoch_sifting/scores_recorded"] == 200
+    assert recorder.last.values["scores_recorded"] == 200
+
+
 def test_readme_pytorch_lightning_example(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     out = io.StringIO()

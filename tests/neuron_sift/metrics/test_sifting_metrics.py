@@ -234,7 +234,7 @@ def test_readme_metrics_and_tensorboard_example(tmp_path, monkeypatch, caplog):
 def test_dropped_samples_reach_the_scalars():
     """A data-parallel rank's drops (simulated lagging peer) are a logged scalar."""
     from neuron_sift.metrics import collect_metrics
-    from tests.neuron_sift.dataloader.test_backlog import check_lagging_peer
+    from tests.neuron_sift.dataloader.test_pending import check_lagging_peer
 
     loader = check_lagging_peer("cpu", epochs=2)
     dropped = loader.counts.num_samples_dropped

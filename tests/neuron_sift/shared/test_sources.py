@@ -1,7 +1,8 @@
 """The one unwrapping rule (``neuron_sift.shared.sources.unwrap``), against the real
 wrappers: torch-xla's ``MpDeviceLoader``, accelerate's ``MpDeviceLoaderWrapper`` (what
 ``accelerator.prepare`` returns wherever torch-xla is installed) and ``DataLoaderShard``
-(which claims to be a ``DataLoader`` through a ``__class__`` property)."""
+(which claims to be a ``DataLoader`` through a ``__class__`` property); and the one reading
+of how a DataLoader batches (``batch_settings``), with a batch size or a batch sampler."""
 
 import pytest
 import torch
@@ -160,3 +161,56 @@ def test_the_per_batch_loader_reads_the_batch_size_through_the_shard():
     outer = Holder(shard(dataset()))
     sl = SiftingDataloader(sift_config=cfg, orig_dataloader=outer, loss_impl=Score(), model=torch.nn.Identity())
     assert sl.batch_size == 4 and len(sl) > 0
+
+
+# --- batch_settings: the one reading of how a DataLoader batches ---------------------------
+
+
+def test_batch_settings_of_a_dataloader_with_a_batch_size():
+    from torch.utils.data import SequentialSampler
+
+    from neuron_sift.shared.sources import BatchSettings, batch_settings
+
+    dl = DataLoader(dataset(), batch_size=4, drop_last=True)
+    assert batch_settings(dl) == BatchSettings(4, True, dl.sampler, None)
+    assert isinstance(dl.sampler, SequentialSampler)
+    assert sampler_info(dl) == (4, 20, True)
+
+
+def test_batch_settings_of_a_dataloader_built_with_a_batch_sampler():
+    from neuron_sift.shared.sources import batch_settings
+
+    sampler = RandomSampler(dataset())
+    bs = BatchSampler(sampler, 6, drop_last=False)
+    dl = DataLoader(dataset(), batch_sampler=bs)
+    assert dl.batch_size is None  # the loader itself does not say
+    settings = batch_settings(dl)
+    assert (settings.batch_size, settings.drop_last, settings.sampler, settings.batch_sampler) == (
+        6,
+        False,
+        sampler,
+        bs,
+    )
+    assert sampler_info(dl) == (6, 20, False)
+
+
+def test_batch_settings_without_automatic_batching_or_with_a_bool():
+    from types import SimpleNamespace
+
+    from neuron_sift.shared.sources import BatchSettings, batch_settings
+
+    assert batch_settings(DataLoader(dataset(), batch_size=None)) == BatchSettings(None, False, None, None)
+    odd = SimpleNamespace(batch_size=True, batch_sampler=SimpleNamespace(batch_size=False, drop_last=1, sampler=None))
+    assert batch_settings(odd).batch_size is None and batch_settings(odd).drop_last is True
+    assert sampler_info(odd) is None
+
+
+def test_batch_settings_of_accelerates_shard():
+    from neuron_sift.shared.sources import batch_settings
+
+    sh = shard(dataset(), batch_size=5, drop_last=True)
+    settings = batch_settings(sh)  # the adapter passes the base DataLoader's attributes through
+    assert (settings.batch_size, settings.drop_last) == (5, True)
+    assert settings.batch_sampler is sh.base_dataloader.batch_sampler
+    assert settings.sampler is sh.base_dataloader.batch_sampler.sampler
+    assert batch_settings(underlying_dataloader(sh)) == settings

@@ -1,4 +1,4 @@
-"""Data-parallel agreement that holds emission back: bounded pending samples, nothing
+"""Data-parallel agreement that keeps batches pending: bounded pending samples, nothing
 overwritten or repeated, every kept sample accounted for, on both backends.
 
 A peer one batch behind at half of the agreement points is simulated in one process (the
@@ -22,14 +22,14 @@ class LaggingPeer:
     """Stands in for the RankGroup. ``rate`` None: a peer one ready batch behind at every
     other agreement point. ``rate`` r: a peer that keeps r samples per agreement point
     (fewer than this rank), so the agreed minimum is its ready count and this rank's
-    backlog grows until ``max_pending`` drops samples."""
+    pending samples grow until ``max_pending`` drops some."""
 
     active, rank, world_size = True, 0, 2
 
     def __init__(self, rate=None):
         self.rate = rate
         self.calls = 0
-        self.held_back = 0
+        self.unagreed = 0
         self._peer = 0.0
 
     def min_int(self, value):
@@ -40,7 +40,7 @@ class LaggingPeer:
             self._peer += self.rate
             agreed = min(value, int(self._peer // B))
             self._peer -= agreed * B
-        self.held_back += value - agreed
+        self.unagreed += value - agreed
         return agreed
 
 
@@ -92,7 +92,7 @@ def check_lagging_peer(device, epochs=4, max_pending=None, rate=0.6 * B):
             emitted += ids.tolist()
             most_pending = max(most_pending, loader.num_pending)
     c = loader.counts
-    assert loader.ranks.held_back > 0
+    assert loader.ranks.unagreed > 0
     assert len(emitted) == len(set(emitted)) == c.num_samples_emitted, "a sample was emitted twice"
     assert c.num_orig_samples_seen == epochs * len(data)
     assert c.num_orig_samples_kept == c.num_samples_emitted + c.num_samples_pending + c.num_samples_dropped
@@ -153,7 +153,7 @@ def test_lagging_peer_on_xla_neither_overwrites_nor_repeats():
 
 @pytest.mark.xla
 def test_lagging_peer_xla_matches_eager():
-    """The device staging and the host accumulator drop the same samples (the newest kept)."""
+    """The device pending store and the host one drop the same samples (the newest kept)."""
     torch_xla = pytest.importorskip("torch_xla")
     runs = []
     for device in ("cpu", torch_xla.device()):

@@ -1,4 +1,4 @@
-"""Lengths for learning-rate schedules: ``len(loader)``, ``epoch_plan``, ``planned_steps``, ``ExactLengthLoader``.
+"""Lengths for learning-rate schedules: ``len(loader)``, ``batches_per_epoch``, ``planned_steps``, ``ExactLengthLoader``.
 
 Fixed mode: the plan is exact, epoch by epoch and in total, through the delay and the
 samples carried between epochs, so ``OneCycleLR(total_steps=planned_steps(...))`` ends
@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from neuron_sift import Loss, RelativeProbabilisticSiftConfig, SiftingDataloader
-from neuron_sift.integrations.schedules import ExactLengthLoader, epoch_plan, planned_steps, planned_steps_std
+from neuron_sift.integrations.schedules import ExactLengthLoader, batches_per_epoch, planned_steps, planned_steps_std
 from tests.neuron_sift.dataloader.fakes import Classifier
 from tests.neuron_sift.integrations.readme_examples import example
 
@@ -92,13 +92,13 @@ def count_epoch(loader):
 def test_fixed_plan_is_exact_epoch_by_epoch(delay, repeat, n, batch_size, beta, drop_last):
     epochs = 5
     fresh = oracle_loader(n, batch_size, config("fixed", beta, delay, repeat), drop_last=drop_last)
-    plan = epoch_plan(fresh, epochs)
+    plan = batches_per_epoch(fresh, epochs)
     total = planned_steps(fresh, epochs)
     loader = oracle_loader(n, batch_size, config("fixed", beta, delay, repeat), drop_last=drop_last)
     actual = []
     for _ in range(epochs):
         expected_now = len(loader)
-        assert epoch_plan(loader, 1) == [expected_now]
+        assert batches_per_epoch(loader, 1) == [expected_now]
         actual.append(count_epoch(loader))
         assert actual[-1] == expected_now
     assert plan == actual
@@ -162,7 +162,7 @@ def test_probabilistic_plan_first_epoch_is_len():
     for delay, repeat in [(0, False), (5, False), (5, True)]:
         loader = oracle_loader(500, 16, config("probabilistic", 1.5, delay, repeat))
         for _ in range(3):
-            assert epoch_plan(loader, 1) == [len(loader)]
+            assert batches_per_epoch(loader, 1) == [len(loader)]
             count_epoch(loader)
 
 

@@ -1,0 +1,78 @@
+"""The loader's parts as the per-epoch iterator and the checkpoint see them.
+
+Why a Protocol: the loader makes its iterator and composes its checkpoint, so both are
+below it; naming here what they read of the loader (instead of importing the loader
+class) keeps every arrow of the per-batch wing pointing down.
+"""
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+import torch
+
+from neuron_sift.backends.base import Backend
+from neuron_sift.backends.pending import PendingStore
+from neuron_sift.data_model.data_model_interface import SiftingBatch
+from neuron_sift.dataloader.agreement import EmissionAgreement
+from neuron_sift.dataloader.counts import SiftingCounts
+from neuron_sift.dataloader.delay import SiftDelay
+from neuron_sift.dataloader.notices import RateLimitedNotice
+from neuron_sift.engine.sifter import Sifter
+from neuron_sift.shared.counts import PhaseTimings
+from neuron_sift.shared.iterators import IteratorGeneration
+from neuron_sift.shared.ranks import RankGroup
+from neuron_sift.sift_config.sift_configs import RelativeProbabilisticSiftConfig
+
+
+@dataclass
+class PassPosition:
+    """Where the loader stands in its pass over the source: the epoch's index, whether that
+    epoch is under way, and the source batches of it fully counted (``consumed``)."""
+
+    epoch: int = 0
+    in_progress: bool = False
+    consumed: int = 0
+
+    def state_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_state(cls, state: dict) -> "PassPosition":
+        return cls(int(state["epoch"]), bool(state["in_progress"]), int(state["consumed"]))
+
+
+class LoaderParts(Protocol):
+    """What ``SiftingEpoch`` and ``checkpoint.py`` use of a ``SiftingDataloader``."""
+
+    # the user's arguments
+    orig_dataloader: Any
+    model: torch.nn.Module
+    loss_fn: Callable[..., Any]
+    batch_transforms: Any
+    sift_config: RelativeProbabilisticSiftConfig
+    log_batch_data: bool
+    log_batch_contents: bool
+    # the parts, each with one job
+    backend: Backend
+    ranks: RankGroup
+    sifter: Sifter
+    counts: SiftingCounts
+    delay: SiftDelay
+    agreement: EmissionAgreement
+    pending: PendingStore | None
+    position: PassPosition
+    iterations: IteratorGeneration
+    phases: PhaseTimings
+    nonfinite_notice: RateLimitedNotice
+    drop_notice: RateLimitedNotice
+
+    @property
+    def batch_size(self) -> int | None: ...
+
+    @property
+    def selection_mode(self) -> str: ...
+
+    def pending_store_for(self, batch: SiftingBatch) -> PendingStore: ...
+
+    def restore_pending(self, batch_size: int | None, saved: dict | None) -> None: ...

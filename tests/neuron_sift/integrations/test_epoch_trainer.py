@@ -1,0 +1,106 @@
+"""``enable_epoch_sifting`` with a real ``transformers.Trainer``: classification and causal
+LM, gradient accumulation, torch-xla, and resuming from a checkpoint (runs in subprocesses,
+``trainer_scenarios.py``); the stream state's refusals."""
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from neuron_sift import EpochSiftingDataloader
+from neuron_sift.integrations.epoch_trainer import _load_stream_state, restore_at_epoch_end
+from neuron_sift.integrations.schedules import ExactLengthLoader
+from tests.neuron_sift.integrations.trainer_harness import scenarios
+
+
+@pytest.mark.slow
+def test_hugging_face_trainer_scenarios():
+    out = scenarios("epoch", "cpu")
+    for name in ("classification", "causal_lm"):
+        r = out[name]
+        assert r["scores_recorded"] == 96 and r["unpaired"] == 0
+        assert r["kinds"] == ["warmup", "sift", "sift", "anneal"] and r["kept"] == [96, 48, 48, 96]
+        assert r["planned"] == 36  # every planned batch trained, each with its loss recorded
+        assert r["logged"] and r["eval_loss"] is not None and not r["sifting_logged"]
+        assert r["loader_type"] == "ExactLengthLoader"
+        # accelerate's DataLoaderShard is rebuilt around the plan's DataLoader, not dropped
+        assert r["source"] == r["rebuilt"] == "DataLoaderShard.base_dataloader -> DataLoader"
+    assert out["classification"]["global_step"] == 36  # the Trainer ran exactly the planned steps
+    assert out["causal_lm"]["global_step"] == 4 * 5  # 9 batches per Trainer epoch, accumulation 2
+
+
+@pytest.mark.slow
+@pytest.mark.xla
+def test_hugging_face_trainer_on_xla():
+    """Wherever torch-xla is installed the Trainer trains on accelerate's MpDeviceLoaderWrapper
+    around a DataLoaderShard: the epoch loader rebuilds both around its DataLoader. 64 samples,
+    batch 8, 5 Trainer epochs of 5 batches: warm-up, 3 sifted epochs at half, annealing."""
+    r = scenarios("epoch", "xla")["xla"]
+    chain = "MpDeviceLoaderWrapper._loader -> DataLoaderShard.base_dataloader -> DataLoader"
+    assert r["source"] == r["rebuilt"] == chain
+    assert r["backend"] == "xla" and r["kinds"] == ["warmup", "sift", "sift", "sift", "anneal"]
+    assert r["global_step"] == r["planned"] == 25 and r["scores_recorded"] == 64 and r["unpaired"] == 0
+    compiles = r["compiles"]
+    assert len(compiles) == 5 and compiles[1:] == [compiles[0]] * 4, compiles  # no graph after the first epoch
+
+
+@pytest.mark.slow
+def test_hugging_face_trainer_resumes_from_a_checkpoint():
+    """64 samples, batch 8, 4 Trainer epochs of 6 steps; checkpoints at step 12 (the end of
+    the second epoch) and step 9 (mid-epoch). Resumed from step 12 the Trainer trains the
+    very samples of the uninterrupted run's steps 13 to 24, in the same batches (also from
+    the state as 0.4.0 wrote it); from step 9 it is refused, before accelerate's skipping
+    would fail on the sifted stream."""
+    r = scenarios("epoch", "resume")["resume"]
+    assert r["per_epoch"] == 6 and len(r["full_steps"]) == 24
+    assert r["saved"] == ["epoch_sifting_rank0.pt"] and r["saved_kind"] == "ExactLengthLoader"
+    assert r["resumed_steps"] == r["full_steps"][12:]
+    assert r["resumed_from_0_4_0"] == r["full_steps"][12:]
+    assert r["global_step"] == 24 and r["same_weights"]
+    assert r["kinds"] == ["warmup", "sift", "sift", "anneal"] and r["unpaired"] == 0
+    assert "taken 3 of 6 batches into an epoch" in r["mid_epoch"] and "save_strategy='epoch'" in r["mid_epoch"]
+
+
+def test_resuming_from_a_checkpoint_without_the_sifting_state(tmp_path):
+    with pytest.raises(ValueError, match="holds no epoch_sifting_rank0.pt: the checkpoint was not saved by a Trainer"):
+        _load_stream_state(str(tmp_path), 0)
+
+
+def stream(per_epoch=4):
+    loader = EpochSiftingDataloader({"seed": 0}, DataLoader(TensorDataset(torch.zeros(16, 1)), batch_size=4))
+    return loader, ExactLengthLoader(loader, per_epoch)
+
+
+def test_the_stream_state_refuses_another_run():
+    loader, s = stream(4)
+    state = s.state_dict()
+    assert state["kind"] == "ExactLengthLoader" and state["epoch_yielded"] is None and state["steps_per_epoch"] == 4
+    with pytest.raises(ValueError, match="had 3 batches per Trainer epoch, this one plans 4"):
+        restore_at_epoch_end(s, {**state, "steps_per_epoch": 3})
+    with pytest.raises(ValueError, match="taken 2 of 4 batches into an epoch"):
+        restore_at_epoch_end(s, {**state, "epoch_yielded": 2})
+    with pytest.raises(ValueError, match="not an ExactLengthLoader state: it comes from EpochSiftingDataloader"):
+        restore_at_epoch_end(s, loader.state_dict())
+    with pytest.raises(ValueError, match="checkpoint has steps_per_epoch=3 but this loader has 4"):
+        s.load_state_dict({**state, "steps_per_epoch": 3})
+    restore_at_epoch_end(s, state)
+    restore_at_epoch_end(s, {**state, "epoch_yielded": 4})  # the epoch's last batch yielded: a new epoch follows
+    assert len(s) == 4
+
+
+def test_a_0_4_0_epoch_stream_state_still_loads():
+    """0.4.0's EpochStream saved {loader, per_epoch, in_epoch} (no kind, no version)."""
+    loader, s = stream(4)
+    old = {"loader": loader.state_dict(), "per_epoch": 4, "in_epoch": 0}
+    s.load_state_dict(old)
+    assert len(s) == 4 and len(list(s)) == 4
+    s.load_state_dict({**old, "kind": "EpochStream", "version": 1, "in_epoch": 1})
+    assert len(s) == 3
+    with pytest.raises(ValueError, match="not an EpochStream state of a version this neuron_sift reads: version 2"):
+        s.load_state_dict({**old, "kind": "EpochStream", "version": 2})
+
+
+def test_epoch_stream_is_a_deprecated_alias():
+    import neuron_sift.integrations.epoch_trainer as epoch_trainer
+
+    with pytest.warns(DeprecationWarning, match="EpochStream is ExactLengthLoader"):
+        assert epoch_trainer.EpochStream is ExactLengthLoader

@@ -1,0 +1,103 @@
+"""``ExactLengthLoader`` around the epoch loader (its per-batch side is tested in
+tests/neuron_sift/integrations/test_schedules.py and test_resume_training.py), the length
+functions for either loader, and the deprecated names."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from neuron_sift import EpochSiftingDataloader, Loss, RelativeProbabilisticSiftConfig, SiftingDataloader
+from neuron_sift.integrations.schedules import ExactLengthLoader, batches_per_epoch, epoch_plan, planned_steps
+
+
+def epoch_loader(n=100, batch=8, epochs=5):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 4, generator=g)
+    ids = torch.arange(n)
+    return EpochSiftingDataloader(
+        {"seed": 0, "kept_share": 0.5}, DataLoader(TensorDataset(x, ids), batch_size=batch), num_epochs=epochs
+    )
+
+
+def train(stream, epochs, per_step=1):
+    """Consume ``epochs`` epochs of ``stream``, recording losses ``per_step`` batches at a time
+    (a Trainer's gradient accumulation look-ahead); returns each epoch's batches' sample ids."""
+    loader = stream.loader
+    out = []
+    for _ in range(epochs):
+        it, ids = iter(stream), []
+        while True:
+            group = [b for _, b in zip(range(per_step), it)]
+            if not group:
+                break
+            for x, i in group:
+                loader.weighted_loss(F.mse_loss(x, torch.zeros_like(x), reduction="none").mean(1) + i.float())
+                ids.append(i.tolist())
+        out.append(ids)
+    return out
+
+
+def test_every_epoch_is_exactly_len_batches_across_planned_epochs():
+    loader = epoch_loader()
+    stream = ExactLengthLoader(loader, epochs=5)
+    assert stream.epoch_sifting_dataloader is loader and stream.sifting_dataloader is None
+    assert len(stream) == loader.planned_steps() // 5
+    trained = train(stream, 5, per_step=3)
+    assert [len(batches) for batches in trained] == [len(stream)] * 5
+    m = loader.metrics()
+    assert m["unpaired_batches"] == 0 and loader.counts["batches_recorded"] == 5 * len(stream)
+    assert planned_steps(loader, None) == loader.planned_steps() < 5  # the last < 5 batches of the plan are left out
+
+
+def test_a_resumed_stream_trains_the_batches_of_the_uninterrupted_run():
+    full = ExactLengthLoader(epoch_loader(), epochs=5)
+    expected = train(full, 5)
+    first = ExactLengthLoader(epoch_loader(), epochs=5)
+    before = train(first, 2)
+    state = first.state_dict()
+    assert state["kind"] == "ExactLengthLoader" and state["loader"]["kind"] == "EpochSiftingDataloader"
+    resumed = ExactLengthLoader(epoch_loader(), epochs=5)
+    resumed.load_state_dict(state)
+    assert before + train(resumed, 3) == expected
+
+
+def test_a_newer_iteration_voids_the_older_one():
+    stream = ExactLengthLoader(epoch_loader(), epochs=5)
+    old = iter(stream)
+    next(old)
+    iter(stream)
+    with pytest.raises(RuntimeError, match="ExactLengthLoader: a new iteration was started"):
+        next(old)
+
+
+class Score(Loss):
+    def loss(self, model, transformed_batch, original_batch=None):
+        return transformed_batch[0].float()
+
+
+def per_batch_loader():
+    cfg = RelativeProbabilisticSiftConfig(beta_value=1.0, loss_history_length=8, selection_mode="fixed", seed=0)
+    source = DataLoader(TensorDataset(torch.arange(64.0)), batch_size=8)
+    return SiftingDataloader(sift_config=cfg, orig_dataloader=source, loss_impl=Score(), model=torch.nn.Identity())
+
+
+def test_planned_steps_answers_for_either_loader():
+    sifting = per_batch_loader()
+    assert planned_steps(sifting, 3) == sum(batches_per_epoch(sifting, 3))
+    assert planned_steps(ExactLengthLoader(sifting), 3) == planned_steps(sifting, 3)
+    loader = epoch_loader()
+    assert planned_steps(loader, 2) == loader.planned_steps(2)
+    assert planned_steps(loader, None) == planned_steps(ExactLengthLoader(loader, 3), None) == loader.planned_steps()
+    with pytest.raises(ValueError, match="needs a number of epochs"):
+        planned_steps(sifting, None)
+    with pytest.raises(TypeError, match="expected a SiftingDataloader or an EpochSiftingDataloader"):
+        planned_steps([1, 2], 1)
+    with pytest.raises(TypeError, match="expected a SiftingDataloader"):
+        batches_per_epoch(loader, 1)  # per-batch counts: the epoch loader's are its plans
+
+
+def test_epoch_plan_is_a_deprecated_alias_of_batches_per_epoch():
+    sifting = per_batch_loader()
+    with pytest.warns(DeprecationWarning, match="epoch_plan is renamed batches_per_epoch"):
+        assert epoch_plan(sifting, 2) == batches_per_epoch(sifting, 2)

@@ -1,0 +1,126 @@
+"""The metrics surface with the epoch loader: ``collect_metrics`` -> ``EpochSiftingMetrics``,
+log lines on the epoch logger, TensorBoard, the planner's planned steps, and the 0.4.0
+functions kept as deprecated aliases."""
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from neuron_sift import EpochSiftingDataloader
+from neuron_sift.integrations.schedules import ExactLengthLoader
+from neuron_sift.metrics import EpochSiftingMetrics, collect_metrics, find_epoch_loader, log_metrics, write_tensorboard
+
+
+def small_parts(epochs=4):
+    """A linear classifier, its SGD and a budgeted epoch loader over 256 samples in batches of 32."""
+    torch.manual_seed(0)
+    x = torch.randn(256, 6)
+    y = (x[:, 0] > 0).long()
+    model = torch.nn.Linear(6, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.3)
+    loader = EpochSiftingDataloader(
+        {"seed": 0, "kept_share": 0.5}, DataLoader(TensorDataset(x, y), batch_size=32), num_epochs=epochs
+    )
+    return model, opt, loader
+
+
+def train(model, opt, loader, epochs, each=None):
+    for _ in range(epochs):
+        for xb, yb in loader:
+            if each is not None:
+                each()
+            loss = loader.weighted_loss(F.cross_entropy(model(xb), yb, reduction="none"))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
+@pytest.fixture(scope="module")
+def trained():
+    model, opt, loader = small_parts()
+    train(model, opt, loader, 4)
+    return loader
+
+
+def test_metrics_surface_log_lines_and_tensorboard(trained, tmp_path, caplog):
+    loader = trained
+    snap = collect_metrics(loader)
+    assert isinstance(snap, EpochSiftingMetrics)
+    s = snap.scalars("p/")
+    assert s["p/scores_recorded"] == 256 and s["p/num_nonfinite_losses"] == 0
+    assert s["p/observed_kept_share"] == s["p/kept_share"] == 0.5  # the measured share, and its alias
+    assert snap.observed_kept_share == snap.kept_share == 0.5
+    assert "p/epoch" in s and s["p/planning_seconds"] > 0
+    kept = 1 / loader.plan.inclusion[loader.plan.order]  # the last epoch's weights: 1 / keep probability
+    assert s["p/mean_weight"] == pytest.approx(float(kept.mean()), rel=1e-6) and s["p/mean_weight"] > 1
+    assert s["p/max_weight"] == pytest.approx(float(kept.max()), rel=1e-6)
+    assert [e["kept_share"] for e in snap.epochs] == [1.0, 0.5, 0.5, 0.5]
+    assert snap.as_dict()["epochs"] == snap.epochs and snap.as_dict()["scores_recorded"] == 256
+    with caplog.at_level("INFO", logger="neuron_sift.epoch.loader"):
+        assert isinstance(log_metrics(loader), EpochSiftingMetrics)
+    assert "observed_kept_share: 0.5" in caplog.text and "kept_share: 0.5" in caplog.text
+
+    class Writer:
+        calls = []
+
+        def add_scalar(self, tag, value, step):
+            self.calls.append((tag, value, step))
+
+    write_tensorboard(loader, Writer())
+    assert dict((t, v) for t, v, _ in Writer.calls) == snap.scalars("epoch_sifting/")  # the mode's prefix
+    assert {step for _, _, step in Writer.calls} == {loader.counts["batches_recorded"]}
+    pytest.importorskip("tensorboard")
+    write_tensorboard(snap, str(tmp_path), global_step=3)
+    assert any(f.startswith("events") for f in os.listdir(tmp_path))
+    with pytest.raises(TypeError, match="no SiftingDataloader or EpochSiftingDataloader"):
+        collect_metrics([1, 2])
+
+
+def test_the_epoch_loader_is_found_behind_wrappers(trained):
+    class TrainerLike:
+        epoch_sifting_dataloader = trained
+
+    for wrapped in (ExactLengthLoader(trained, 3), [object(), trained], {"a": trained}, TrainerLike()):
+        assert find_epoch_loader(wrapped) is trained
+        assert collect_metrics(wrapped).values["scores_recorded"] == 256
+
+
+def test_metrics_report_the_planners_planned_steps():
+    """The metrics surface shows the batches the run still trains (what the schedule and the
+    Trainer are sized by), counted here by training them: before the run and at each step."""
+    model, opt, loader = small_parts(4)
+    reported = [collect_metrics(loader).values["planned_steps"]]
+    train(model, opt, loader, 4, each=lambda: reported.append(collect_metrics(loader).scalars()["planned_steps"]))
+    steps = len(reported) - 1
+    assert steps == 8 + 3 * 4
+    assert reported == [steps] + list(range(steps, 0, -1))  # each read before its batch is trained
+    assert collect_metrics(loader).values["planned_steps"] == 0
+    no_length = EpochSiftingDataloader({}, DataLoader(TensorDataset(torch.zeros(8, 1)), batch_size=4))
+    assert "planned_steps" not in collect_metrics(no_length).scalars()
+
+
+def test_the_0_4_0_functions_are_deprecated_aliases(trained, caplog):
+    from neuron_sift.metrics import epoch_metrics as old
+
+    with pytest.warns(DeprecationWarning, match="epoch_metrics is deprecated; use neuron_sift.metrics.collect_metrics"):
+        snap = old.epoch_metrics(trained)
+    assert snap.scalars() == collect_metrics(trained).scalars()
+    with pytest.warns(DeprecationWarning), caplog.at_level("INFO", logger="neuron_sift.epoch.loader"):
+        old.log_epoch_metrics(trained)
+    assert "kept_share: 0.5" in caplog.text
+
+    class Writer:
+        calls = []
+
+        def add_scalar(self, tag, value, step):
+            self.calls.append((tag, step))
+
+    with pytest.warns(DeprecationWarning):
+        old.write_epoch_tensorboard(trained, Writer(), step=3)
+    assert ("epoch_sifting/kept_share", 3) in Writer.calls
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="no EpochSiftingDataloader"):
+        old.epoch_metrics([1, 2])
+    assert "kept_share" in old.SCALARS and "observed_kept_share" in old.SCALARS
