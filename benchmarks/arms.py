@@ -1,9 +1,9 @@
 """The suite's arms, and the registry that new arms plug into.
 
 An arm is one way to train a task's model: a function ``arm(ctx) -> dict`` registered
-under its name. ``benchmarks/runner.py`` builds the ``ArmContext`` (the model with the
-seed's initial weights, the optimizer, the seeded data, the clock) and times the call; the
-arm runs its training loop and reports each optimizer step with ``ctx.trained``:
+under its name. ``benchmarks/runner.py`` builds the ``ArmContext`` (``context.py``: the
+model with the seed's initial weights, the optimizer, the seeded data, the clock) and times
+the call; the arm runs its training loop and reports each optimizer step with ``ctx.trained``:
 
     from arms import register                      # benchmarks/ is on sys.path, not a package
 
@@ -56,20 +56,18 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
+from context import ArmContext
 from loops import train_plain
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
 from neuron_sift.integrations.schedules import planned_steps
 from neuron_sift.loss.abstract_sift_loss_module import Loss
 from neuron_sift.sift_config.sift_configs import LossConfig, RelativeProbabilisticSiftConfig, SiftingBaseConfig
-
-if TYPE_CHECKING:
-    from runner import ArmContext
 
 
 @dataclass
@@ -134,8 +132,8 @@ def frontier_epochs(fraction: float, epochs: int) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def _full_arm(fraction: float) -> Callable[["ArmContext"], dict]:
-    def full(ctx: "ArmContext") -> dict:
+def _full_arm(fraction: float) -> Callable[[ArmContext], dict]:
+    def full(ctx: ArmContext) -> dict:
         epochs = frontier_epochs(fraction, ctx.epochs)
         sched = ctx.step_schedule(epochs * len(ctx.source))
         trained = train_plain(ctx, ctx.source, epochs, sched)
@@ -181,8 +179,10 @@ class UniformSubsetLoader:
     (``planned_steps``)."""
 
     def __init__(self, source: DataLoader, beta: float, sift_delay: int, seed: int):
+        if source.batch_size is None:
+            raise ValueError("UniformSubsetLoader batches as its source does: a DataLoader with a batch_size")
         self.source = source
-        self.b = source.batch_size
+        self.b: int = source.batch_size
         self.rule = RelativeProbabilisticSiftConfig(
             beta_value=beta,
             loss_history_length=1,
@@ -240,7 +240,7 @@ class UniformSubsetLoader:
 
 
 @register("uniform", default=True, description="a uniform random round(B / (1 + beta)) of every source batch")
-def uniform(ctx: "ArmContext") -> dict:
+def uniform(ctx: ArmContext) -> dict:
     loader = UniformSubsetLoader(ctx.source, ctx.beta, ctx.task.sift_delay, ctx.seed)
     sched = ctx.step_schedule(loader.planned_steps(ctx.epochs))
     train_plain(ctx, loader, ctx.epochs, sched, seen_of=lambda: loader.seen)
@@ -252,8 +252,8 @@ def uniform(ctx: "ArmContext") -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-def _sift_arm(mode: str) -> Callable[["ArmContext"], dict]:
-    def sift(ctx: "ArmContext") -> dict:
+def _sift_arm(mode: str) -> Callable[[ArmContext], dict]:
+    def sift(ctx: ArmContext) -> dict:
         config = RelativeProbabilisticSiftConfig(
             beta_value=ctx.beta,
             loss_history_length=ctx.task.history,

@@ -27,6 +27,8 @@ class Clock:
         self.cpu_start = time.process_time()
 
     def pause(self) -> None:
+        if self.start is None or self.cpu_start is None:
+            raise RuntimeError("Clock.pause(): the clock is not running")
         if self.sync is not None:
             self.sync()  # wait for the device before reading the clock
         self.total += time.perf_counter() - self.start

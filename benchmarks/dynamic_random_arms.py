@@ -33,18 +33,15 @@ vanishing ``beta_value``), but that would test the fake, not the rule.
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import torch
 from torch.utils.data import DataLoader
 
 from arms import register
+from context import ArmContext
 from epoch_arms import BEST
 from neuron_sift import EpochSiftConfig, EpochSiftingDataloader
 from planned import Phases, PlannedSubsetSampler, generator, train_planned
-
-if TYPE_CHECKING:
-    from runner import ArmContext
 
 SALT = 2111  # this arm's draws (arXiv 2111.12621)
 
@@ -85,7 +82,7 @@ class DynamicRandomSampler(PlannedSubsetSampler):
         return sum(-(-k // batch_size) for k in per_epoch)
 
 
-def epoch_arm_plan(ctx: "ArmContext", config: EpochSiftConfig) -> int:
+def epoch_arm_plan(ctx: ArmContext, config: EpochSiftConfig) -> int:
     """The ``epoch`` arm's planned steps, from the library: its loader over the same data,
     batch size and epochs, planned but never iterated."""
     source = DataLoader(ctx.dataset, batch_size=ctx.task.batch_size, shuffle=True)
@@ -98,7 +95,7 @@ def epoch_arm_plan(ctx: "ArmContext", config: EpochSiftConfig) -> int:
     description="a new uniform random subset every epoch, the epoch arm's kept share and phases, "
     "weight 1/p (Raju et al., arXiv 2111.12621)",
 )
-def dynamic_random(ctx: "ArmContext") -> dict:
+def dynamic_random(ctx: ArmContext) -> dict:
     config = EpochSiftConfig(seed=ctx.seed, **BEST)
     if config.kept_share is None:
         raise ValueError("dynamic-random matches the epoch arm's budget: BEST needs a kept_share")

@@ -20,20 +20,18 @@ are the sweep of ``README.md``, "Epoch-level sifting"):
 """
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
 
 from arms import register
+from context import ArmContext
 from loops import train_weighted_epoch
 from neuron_sift import EpochSiftConfig, EpochSiftingDataloader
 
-if TYPE_CHECKING:
-    from runner import ArmContext
-
 # The best setting of the sweep on the main job (README, "Epoch-level sifting").
-BEST = dict(
+BEST: dict[str, Any] = dict(
     policy="percentile",
     kept_share=0.5,
     beta_value=1.0,
@@ -43,7 +41,7 @@ BEST = dict(
 )
 
 
-def train_epoch_sifted(ctx: "ArmContext", config: dict) -> dict:
+def train_epoch_sifted(ctx: ArmContext, config: dict) -> dict:
     source = DataLoader(
         ctx.dataset, batch_size=ctx.task.batch_size, shuffle=True, generator=torch.Generator().manual_seed(ctx.seed)
     )
@@ -56,9 +54,9 @@ def train_epoch_sifted(ctx: "ArmContext", config: dict) -> dict:
 
     kept_per_epoch = []
     for epoch in range(ctx.epochs):
-        loader.start_epoch()  # plans the epoch: its length is known now
+        plan = loader.start_epoch()  # plans the epoch: its length is known now
         batches = iter(loader)
-        k = loader.plan.kept
+        k = plan.kept
         kept_per_epoch.append(k)
         if not budget:
             sched.begin_epoch(len(loader))
@@ -76,8 +74,8 @@ def train_epoch_sifted(ctx: "ArmContext", config: dict) -> dict:
     }
 
 
-def epoch_arm(**config) -> Callable[["ArmContext"], dict]:
-    def arm(ctx: "ArmContext") -> dict:
+def epoch_arm(**config) -> Callable[[ArmContext], dict]:
+    def arm(ctx: ArmContext) -> dict:
         return train_epoch_sifted(ctx, config)
 
     arm.__doc__ = f"EpochSiftingDataloader with {config}"

@@ -35,9 +35,9 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -46,10 +46,11 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from neuron_sift import EpochSiftingDataloader  # noqa: E402
+from options import CLOCKS, add_clock, add_threads, use_threads  # noqa: E402
 from tasks import CNN1D  # noqa: E402  (benchmarks/ is not a package)
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "epoch_machinery.jsonl"
-CLOCK = time.process_time  # --clock: process CPU time (default; a shared machine) or wall-clock
+CLOCK = CLOCKS["cpu"]  # --clock: process CPU time (default; a shared machine) or wall-clock
 
 
 class Stub(Dataset):
@@ -92,7 +93,7 @@ def per_step(args) -> dict:
         per_sample = F.cross_entropy(logits, yb, reduction="none")
         if r % 2:
             t0 = CLOCK()
-            loader.pairing.push(ids)
+            loader.pairing.push(ids, loader.progress.current_epoch)
             loader.weighted_loss(per_sample).backward()
             sifted.append(CLOCK() - t0)
         else:
@@ -159,22 +160,24 @@ def planning(args, step_s: float) -> list:
 
         device = torch_xla.device()
     rows = []
-    for name, cfg in [
+    cases: list[tuple[str, dict[str, Any]]] = [
         ("percentile", {}),
         ("percentile, budget 0.4", {"kept_share": 0.4}),
         ("below_mean", {"policy": "below_mean"}),
         ("below_mean, budget 0.4", {"policy": "below_mean", "kept_share": 0.4}),
-    ]:
+    ]
+    for name, cfg in cases:
         loader = EpochSiftingDataloader(
             {"seed": 0, **cfg}, DataLoader(Stub(n), batch_size=b), num_epochs=10, device=device
         )
         loader.tables.load_scores(torch.from_numpy(scores))
         times = []
-        plan = None
+        kept = 0
         for r in range(args.planning_repeats):
             t0 = CLOCK()
             plan, _ = loader.opener.open(1 + r % 7, loader.plan)  # a sifted epoch
             times.append(CLOCK() - t0)
+            kept = plan.kept
         t = statistics.median(times)
         epoch_s = (n / b) * step_s
         rows.append(
@@ -186,7 +189,7 @@ def planning(args, step_s: float) -> list:
                 "planning_s": t,
                 "epoch_s_estimate": epoch_s,
                 "share_of_epoch": t / epoch_s,
-                "kept": plan.kept,
+                "kept": kept,
             }
         )
     return rows
@@ -202,19 +205,13 @@ def main(argv=None) -> int:
     p.add_argument("--planning-n", type=int, default=1_000_000)
     p.add_argument("--planning-repeats", type=int, default=7)
     p.add_argument("--backend", choices=("eager", "xla"), default="eager")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument(
-        "--clock",
-        choices=("cpu", "wall"),
-        default="cpu",
-        help="process CPU time (default: robust on a shared machine; one thread) or wall-clock",
-    )
+    add_threads(p, help="torch intra-op threads (default 1; 0: torch's default)")
+    add_clock(p, help="process CPU time (default: robust on a shared machine; one thread) or wall-clock", default="cpu")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = p.parse_args(argv)
     global CLOCK
-    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    CLOCK = CLOCKS[args.clock]
+    use_threads(args.threads)
     step = per_step(args)
     rows = [step["isolated"], step["end_to_end"]] + planning(args, step["step_s"])
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")

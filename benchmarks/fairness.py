@@ -43,6 +43,8 @@ class CosineSchedule:
     ):
         if not 0.0 <= warmup < 1.0:
             raise ValueError(f"warmup must be in [0, 1), got {warmup}")
+        if (total_steps is None) == (epochs is None):
+            raise ValueError("CosineSchedule runs by steps (total_steps=) or epoch by epoch (epochs=): give one")
         self.optimizer = optimizer
         self.base: list[float] = [g["lr"] for g in optimizer.param_groups]
         self.total_steps, self.epochs = total_steps, epochs
@@ -76,9 +78,9 @@ class CosineSchedule:
         self._set()
 
     def step(self) -> None:
-        if self.epochs is None:
+        if self.total_steps is not None:
             self.progress = (self.progress * self.total_steps + 1) / max(self.total_steps, 1)
-        else:
+        elif self.epochs is not None:
             self.epoch_done += 1
             self.progress = self.epoch_start + min(self.epoch_done, self.epoch_steps) / (self.epoch_steps * self.epochs)
         self._set()

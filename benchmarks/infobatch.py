@@ -24,15 +24,12 @@ The rule:
 """
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
 import torch
 from torch.utils.data import DataLoader, Sampler
 
+from context import ArmContext
 from loops import train_weighted_epoch
-
-if TYPE_CHECKING:
-    from runner import ArmContext
 
 PRUNE_RATIO = 0.5
 ANNEAL = 0.125
@@ -95,7 +92,7 @@ class InfoBatchSampler(Sampler):
         return int(self.indices.numel())
 
 
-def infobatch_arm(ctx: "ArmContext") -> dict:
+def infobatch_arm(ctx: ArmContext) -> dict:
     """InfoBatch's published rule (see the module docstring), r = 0.5, annealing 12.5%."""
     sampler = InfoBatchSampler(len(ctx.dataset), ctx.epochs, ctx.order, ctx.seed, device=ctx.device)
     loader = DataLoader(ctx.dataset, batch_size=ctx.task.batch_size, sampler=sampler)

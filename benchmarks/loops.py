@@ -3,18 +3,15 @@ and subset arms, and one epoch of a loss-weighted loop over a planned subset (th
 ``infobatch`` arm and the ``epoch`` arms)."""
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
+from context import ArmContext
 from fairness import CosineSchedule
 
-if TYPE_CHECKING:
-    from runner import ArmContext
 
-
-def optimizer_step(ctx: "ArmContext", loss: torch.Tensor, sched: CosineSchedule) -> None:
+def optimizer_step(ctx: ArmContext, loss: torch.Tensor, sched: CosineSchedule) -> None:
     """Backward ``loss``, step the optimizer, then the learning-rate schedule."""
     ctx.optimizer.zero_grad(set_to_none=True)
     loss.backward()
@@ -23,7 +20,7 @@ def optimizer_step(ctx: "ArmContext", loss: torch.Tensor, sched: CosineSchedule)
 
 
 def train_plain(
-    ctx: "ArmContext", loader: Iterable, epochs: int, sched: CosineSchedule, seen_of: Callable[[], int] | None = None
+    ctx: ArmContext, loader: Iterable, epochs: int, sched: CosineSchedule, seen_of: Callable[[], int] | None = None
 ) -> int:
     """The plain loop (mean cross-entropy) over ``loader`` for ``epochs`` passes; returns the
     samples trained. ``seen_of()`` gives the source samples passed over (default: trained)."""
@@ -39,7 +36,7 @@ def train_plain(
 
 
 def train_weighted_epoch(
-    ctx: "ArmContext",
+    ctx: ArmContext,
     batches: Iterable,
     sched: CosineSchedule,
     epoch: int,

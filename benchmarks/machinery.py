@@ -39,7 +39,6 @@ import json
 import os
 import statistics
 import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -55,6 +54,7 @@ from environment import versions  # noqa: E402  (benchmarks/ is not a package)
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader  # noqa: E402
 from neuron_sift.engine.sifter import Sifter  # noqa: E402
 from neuron_sift.sift_config.sift_configs import RelativeProbabilisticSiftConfig  # noqa: E402
+from options import CLOCKS, add_clock, add_threads, use_threads  # noqa: E402
 from tasks import CNN1D  # noqa: E402
 
 
@@ -81,9 +81,7 @@ ENGINES = {
 RUN_ORDER = ("host", "torch", "retrace", "pairwise")
 XLA_ONLY, EAGER_ONLY = ("retrace",), ("host",)
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
-# --clock: wall-clock by default; "cpu" counts the process's CPU seconds (all threads, the
-# XLA CPU device's included), which a shared machine's other load disturbs much less.
-CLOCK = time.perf_counter
+CLOCK = CLOCKS["wall"]  # --clock
 
 
 class ColumnLoss:
@@ -262,13 +260,8 @@ def parse_args(argv=None):
         action="store_true",
         help="time the engines' repeats interleaved (before/after comparisons on a noisy machine)",
     )
-    p.add_argument(
-        "--clock",
-        choices=("wall", "cpu"),
-        default="wall",
-        help="wall-clock (default) or the process's CPU time (steadier on a shared machine)",
-    )
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1; 0: torch's default)")
+    add_clock(p, help="wall-clock (default) or the process's CPU time (steadier on a shared machine)")
+    add_threads(p, help="torch intra-op threads (default 1; 0: torch's default)")
     p.add_argument("--json", type=Path, help=f"JSON lines file to append to (default {DEFAULT_OUT}/machinery.jsonl)")
     p.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     args = p.parse_args(argv)
@@ -298,9 +291,8 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     global CLOCK
-    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    CLOCK = CLOCKS[args.clock]
+    use_threads(args.threads)
     json_path = args.json or DEFAULT_OUT / "machinery.jsonl"
     json_path.parent.mkdir(parents=True, exist_ok=True)
     setups = {name: backend_setup(name) for name in ("xla",) if name in args.backends}  # XLA device first

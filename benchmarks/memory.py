@@ -15,6 +15,8 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -37,7 +39,8 @@ def device_bytes(device: torch.device):
         try:
             import torch_xla.core.xla_model as xm
 
-            info = xm.get_memory_info(device)
+            # a plain mapping: the keys differ between torch-xla versions (bytes_used; kb_total, kb_free)
+            info: dict[str, Any] = dict(xm.get_memory_info(device))
             return int(info.get("bytes_used", info.get("kb_total", 0) - info.get("kb_free", 0)))
         except Exception:  # the CPU PJRT client reports no memory info
             return None
@@ -69,6 +72,7 @@ class CE:
 
 
 def run(mode: str, backend: str, batches: int, every: int) -> dict:
+    sync: Callable[[], object]
     if backend == "xla":
         import torch_xla
 
@@ -127,14 +131,14 @@ def run(mode: str, backend: str, batches: int, every: int) -> dict:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batches", type=int, default=100_000, help="source batches per mode")
     p.add_argument("--every", type=int, default=10_000, help="sample memory every this many source batches")
     p.add_argument("--backend", choices=["eager", "cuda", "xla"], default="eager")
     p.add_argument("--modes", default="probabilistic,fixed")
     p.add_argument("--json", help="append one JSON line per mode to this file")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     torch.set_num_threads(1)
     print(
         f"{'mode':<14}{'backend':<8}{'batches':>9}{'secs':>8}{'RSS warm MB':>13}{'RSS end MB':>12}"
@@ -151,6 +155,7 @@ def main() -> None:
         if args.json:
             with open(args.json, "a") as f:
                 f.write(json.dumps(r) + "\n")
+    return 0
 
 
 if __name__ == "__main__":

@@ -17,17 +17,14 @@ numbers.
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch.utils.data import DataLoader, Sampler
 
+from context import ArmContext
 from fairness import CosineSchedule
 from loops import train_weighted_epoch
 from neuron_sift import EpochSiftConfig
-
-if TYPE_CHECKING:
-    from runner import ArmContext
 
 
 @dataclass(frozen=True)
@@ -113,7 +110,7 @@ class PlannedSubsetSampler(Sampler[int], ABC):
         return int(self.indices.numel())
 
 
-def train_planned(ctx: "ArmContext", sampler: PlannedSubsetSampler, sched: CosineSchedule, by_epoch: bool) -> int:
+def train_planned(ctx: ArmContext, sampler: PlannedSubsetSampler, sched: CosineSchedule, by_epoch: bool) -> int:
     """Every epoch of the task: plan it, then train its kept samples in batches of the
     task's batch size with the sampler's loss. ``by_epoch``: the schedule is an epoch
     schedule, told each planned epoch's batches. Returns the samples trained."""

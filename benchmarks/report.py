@@ -224,7 +224,7 @@ def fmt(row: dict, key: str, spec: str) -> str:
         return "-"
     lo, hi = row.get(key + "_min"), row.get(key + "_max")
     if spec == "s":
-        spec = ".2f" if hi < 10 else ".1f"
+        spec = ".2f" if (med if hi is None else hi) < 10 else ".1f"
     if row["seeds"] == 1 or lo == hi:
         return format(med, spec)
     return f"{format(med, spec)} [{format(lo, spec)}, {format(hi, spec)}]"
@@ -256,6 +256,8 @@ DETAIL = [
 def _cell(row: dict, key: str, spec: str | None) -> str:
     if key == "reached":
         return f"{row['reached']}/{row['seeds']}"
+    if spec is None:
+        raise ValueError(f"column {key!r}: only 'reached' is formatted without a spec")
     if key == "final_acc_delta_mean":
         return "-" if row.get(key) is None else format(row[key], spec)
     if key == "final_acc_delta_ci95":

@@ -69,8 +69,11 @@ def main(argv=None) -> int:
     device = torch_xla.device()
     for name in args.models.split(","):
         model, batch = model_and_batch(name, device)
-        variants = {"traced_per_call": CE(name == "bert"), "traced_once": TracedLoss(CE(name == "bert"))}
-        times = {k: [] for k in variants}
+        variants: dict[str, CE | TracedLoss] = {
+            "traced_per_call": CE(name == "bert"),
+            "traced_once": TracedLoss(CE(name == "bert")),
+        }
+        times: dict[str, list[float]] = {k: [] for k in variants}
         same = True
         for i in range(args.calls + 3):  # 3 warm-up calls (compilation)
             outs = {}

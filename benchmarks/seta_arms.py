@@ -43,21 +43,29 @@ epoch over each planned epoch's batches (``ctx.epoch_schedule``), as for ``infob
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import NamedTuple
 
 import torch
 
 from arms import register
+from context import ArmContext
 from epoch_arms import BEST
 from neuron_sift import EpochSiftConfig
 from planned import Phases, PlannedSubsetSampler, generator, train_planned
 
-if TYPE_CHECKING:
-    from runner import ArmContext
-
 SALT = 2503  # this arm's draws (arXiv 2503.13385)
-LOSSLESS = dict(r=0.1, g=5, w=0.9)
-AGGRESSIVE = dict(r=0.3, g=5, w=0.7)
+
+
+class Setting(NamedTuple):
+    """SeTa's knobs: the share ``r`` pruned at random, ``g`` loss groups, window share ``w``."""
+
+    r: float
+    g: int
+    w: float
+
+
+LOSSLESS = Setting(r=0.1, g=5, w=0.9)
+AGGRESSIVE = Setting(r=0.3, g=5, w=0.7)
 
 
 def window_size(g: int, w: float) -> int:
@@ -142,8 +150,8 @@ class SeTaSampler(PlannedSubsetSampler):
         return keep, torch.ones(self.n)
 
 
-def seta_arm(r: float, g: int, w: float) -> Callable[["ArmContext"], dict]:
-    def arm(ctx: "ArmContext") -> dict:
+def seta_arm(r: float, g: int, w: float) -> Callable[[ArmContext], dict]:
+    def arm(ctx: ArmContext) -> dict:
         phases = Phases.of(EpochSiftConfig(**BEST), ctx.epochs)
         sampler = SeTaSampler(len(ctx.dataset), ctx.order, phases, ctx.seed, r, g, w, ctx.device)
         trained = train_planned(ctx, sampler, ctx.epoch_schedule(ctx.epochs), by_epoch=True)
@@ -161,13 +169,13 @@ def seta_arm(r: float, g: int, w: float) -> Callable[["ArmContext"], dict]:
 
 register(
     "seta",
-    seta_arm(**LOSSLESS),
+    seta_arm(*LOSSLESS),
     default=True,
     description="SeTa's rule (Zhou et al., CVPR 2025): random 0.9 share, a window of 4 of 5 loss groups "
     "sliding easy to hard, partial annealing (r=0.1, g=5, w=0.9)",
 )
 register(
     "seta-aggressive",
-    seta_arm(**AGGRESSIVE),
+    seta_arm(*AGGRESSIVE),
     description="SeTa's rule, r=0.3, g=5, w=0.7: random 0.7 share, a window of 3 of 5 loss groups",
 )

@@ -45,13 +45,13 @@ import sys
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
-
-import torch
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is not a package
 
 from arms import ARMS, default_arms, get_arm, load_plugins  # noqa: E402
 from environment import setup_backend, versions  # noqa: E402
+from options import add_clock, add_threads, use_threads  # noqa: E402
 from plot import plot  # noqa: E402
 from records import read_records, write_summary  # noqa: E402
 from report import DETAIL, format_tables, summarize  # noqa: E402
@@ -131,10 +131,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=0.5,
         help="target = full arm's final test accuracy minus this many points (default 0.5)",
     )
-    p.add_argument(
-        "--clock",
-        choices=("wall", "cpu"),
-        default="wall",
+    add_clock(
+        p,
         help="the time the speedups and the iso-time gain use: wall-clock (default) or the process's CPU "
         "time over the same intervals (a one-thread eager run's wall-clock on an idle machine; for a "
         "shared machine); both are recorded",
@@ -151,12 +149,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="eager",
         help="eager CPU (default) or torch-xla (PJRT_DEVICE, CPU unless set)",
     )
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="torch intra-op threads (default 1: stable timings on a shared 2-core CPU; 0: torch's default)",
-    )
+    add_threads(p, help="torch intra-op threads (default 1: stable timings on a shared 2-core CPU; 0: torch's default)")
     p.add_argument("--tiny", action="store_true", help="seconds-long sizes (for tests)")
     p.add_argument("--out", type=Path, default=DEFAULT_RESULTS, help=f"output folder (default {DEFAULT_RESULTS})")
     p.add_argument("--json", type=Path, help="JSON lines file to append the runs to (default OUT/runs.jsonl)")
@@ -208,7 +201,7 @@ def task_config(name: str, args: argparse.Namespace) -> TaskConfig:
     task = TASKS[name]
     if args.tiny:
         task = replace(task, **TINY[name])
-    overrides = {
+    overrides: dict[str, Any] = {  # TaskConfig fields, by name
         "epochs": args.epochs,
         "history": args.history,
         "sift_delay": args.sift_delay,
@@ -245,8 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         records = read_records(args.summarize)
         report(records, args, summary_path, plot_path)
         return 0
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    use_threads(args.threads)
     backend = setup_backend(args.backend)
     vers = versions(backend)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -40,6 +40,7 @@
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -87,7 +88,7 @@ TASKS: dict[str, TaskConfig] = {
     ),
 }
 # --tiny: seconds-long sizes, for the test that keeps the suite from rotting.
-TINY = {
+TINY: dict[str, dict[str, Any]] = {  # TaskConfig fields, by name
     "mnist1d": dict(n_train=2_000, n_test=500, epochs=2, sift_delay=5, history=512),
     "mnist1d-noisy": dict(n_train=2_000, n_test=500, epochs=2, sift_delay=5, history=512),
     "mnist1d-redundant": dict(n_train=2_000, n_test=500, epochs=2, sift_delay=5, history=512),
@@ -305,10 +306,11 @@ class BertClassifier(nn.Module):
             num_attention_heads=2,
             intermediate_size=128,
             max_position_embeddings=BERT_LEN,
-            num_labels=BERT_CLASSES,
             hidden_dropout_prob=0.0,  # dropout on the attention would blur the count the label hangs on
             attention_probs_dropout_prob=0.0,
         )
+        # a property (the length of id2label), not a field of every transformers' constructor
+        config.num_labels = BERT_CLASSES
         self.bert = BertForSequenceClassification(config)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,5 @@
-"""``benchmarks/suite.py`` (with tasks.py, arms.py, loops.py, infobatch.py, epoch_arms.py,
-runner.py, fairness.py, clock.py, records.py, report.py, plot.py) and
+"""``benchmarks/suite.py`` (with tasks.py, arms.py, context.py, loops.py, infobatch.py,
+epoch_arms.py, runner.py, fairness.py, clock.py, options.py, records.py, report.py, plot.py) and
 ``benchmarks/machinery.py`` at tiny sizes, so they cannot rot.
 
 The full runs (README's Benchmarks section) are not part of the tests.
@@ -163,6 +163,9 @@ def test_warmup_rises_linearly_then_decays_by_cosine_over_the_rest_of_the_run():
     ]
     with pytest.raises(ValueError):
         fairness.CosineSchedule(opt, total_steps=10, warmup=1.0)
+    for neither_or_both in ({}, {"total_steps": 10, "epochs": 2}):  # by steps or by epochs, one of the two
+        with pytest.raises(ValueError):
+            fairness.CosineSchedule(opt, **neither_or_both)
 
 
 def test_epoch_schedule_spends_each_epoch_whatever_its_length_and_ends_at_zero():
