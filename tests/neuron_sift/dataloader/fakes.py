@@ -3,7 +3,7 @@
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from neuron_sift import Loss
+from neuron_sift import Loss, RelativeProbabilisticSiftConfig
 
 
 class LossTableDataset(Dataset):
@@ -48,3 +48,14 @@ def tiny_model() -> torch.nn.Module:
 
 def loss_table_loader(losses: torch.Tensor, batch_size: int, shuffle: bool = False, generator=None) -> DataLoader:
     return DataLoader(LossTableDataset(losses), batch_size=batch_size, shuffle=shuffle, generator=generator)
+
+
+def make_config(beta=1.0, history=500, delay=0, mode="probabilistic", repeat=False, seed=0):
+    """A per-batch config with the nested sift_delay settings flattened into arguments."""
+    return RelativeProbabilisticSiftConfig(
+        beta_value=beta,
+        loss_history_length=history,
+        loss_based_sift_config={"sift_config": {"sift_delay": delay, "repeat_delay_per_epoch": repeat}},
+        selection_mode=mode,
+        seed=seed,
+    )

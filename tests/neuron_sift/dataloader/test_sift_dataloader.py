@@ -9,23 +9,12 @@ from torch.utils.data import DataLoader, TensorDataset
 from neuron_sift import (
     LossImplementationNotProvidedException,
     LossOutputException,
-    RelativeProbabilisticSiftConfig,
     SiftConfigValidationException,
     SiftingDataloader,
 )
-from tests.neuron_sift.dataloader.fakes import OracleLoss, loss_table_loader, tiny_model
+from tests.neuron_sift.dataloader.fakes import OracleLoss, loss_table_loader, make_config, tiny_model
 
 BETAS = [0.1, 0.25, 0.5, 1, 2, 3, 10, 100]
-
-
-def make_config(beta=1.0, history=500, delay=0, mode="probabilistic", repeat=False, seed=0):
-    return RelativeProbabilisticSiftConfig(
-        beta_value=beta,
-        loss_history_length=history,
-        loss_based_sift_config={"sift_config": {"sift_delay": delay, "repeat_delay_per_epoch": repeat}},
-        selection_mode=mode,
-        seed=seed,
-    )
 
 
 def make_loader(losses, batch_size=64, **cfg):

@@ -1,10 +1,13 @@
-"""Shared pieces of the epoch-level tests: an id-carrying dataset and an oracle loss."""
+"""Shared pieces of the epoch-level tests: an id-carrying dataset, an oracle loss and a small
+budgeted training set-up."""
 
 import queue
 import threading
 
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+from neuron_sift import EpochSiftingDataloader
 
 
 class IdDataset(Dataset):
@@ -65,3 +68,16 @@ class Prefetcher:
                 break
             yield b
         t.join()
+
+
+def small_parts(epochs=4):
+    """A linear classifier, its SGD and a budgeted epoch loader over 256 samples in batches of 32."""
+    torch.manual_seed(0)
+    x = torch.randn(256, 6)
+    y = (x[:, 0] > 0).long()
+    model = torch.nn.Linear(6, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.3)
+    loader = EpochSiftingDataloader(
+        {"seed": 0, "kept_share": 0.5}, DataLoader(TensorDataset(x, y), batch_size=32), num_epochs=epochs
+    )
+    return model, opt, loader

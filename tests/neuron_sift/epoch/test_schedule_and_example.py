@@ -8,23 +8,15 @@ import os
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, TensorDataset
 
-from neuron_sift import EpochSiftingDataloader
 from neuron_sift.integrations.schedules import planned_steps
+from tests.neuron_sift.epoch.helpers import small_parts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
 
 def small_run(epochs=4, total_from=None):
-    torch.manual_seed(0)
-    x = torch.randn(256, 6)
-    y = (x[:, 0] > 0).long()
-    model = torch.nn.Linear(6, 2)
-    opt = torch.optim.SGD(model.parameters(), lr=0.3)
-    loader = EpochSiftingDataloader(
-        {"seed": 0, "kept_share": 0.5}, DataLoader(TensorDataset(x, y), batch_size=32), num_epochs=epochs
-    )
+    model, opt, loader = small_parts(epochs)
     total = loader.planned_steps() if total_from is None else total_from(loader)  # exact with a budget
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 - s / total)
     steps = 0

@@ -15,22 +15,16 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from neuron_sift import Loss, RelativeProbabilisticSiftConfig, SiftingDataloader
+from neuron_sift import Loss, SiftingDataloader
 from neuron_sift.integrations.schedules import ExactLengthLoader, batches_per_epoch, planned_steps, planned_steps_std
-from tests.neuron_sift.dataloader.fakes import Classifier
+from tests.neuron_sift.dataloader.fakes import Classifier, make_config
 from tests.neuron_sift.integrations.readme_examples import example
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def config(mode, beta=1.0, delay=0, repeat=False, history=64, seed=0):
-    return RelativeProbabilisticSiftConfig(
-        beta_value=beta,
-        loss_history_length=history,
-        loss_based_sift_config={"sift_config": {"sift_delay": delay, "repeat_delay_per_epoch": repeat}},
-        selection_mode=mode,
-        seed=seed,
-    )
+    return make_config(beta, history, delay, mode, repeat, seed)
 
 
 class IdLoss(Loss):

@@ -12,19 +12,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from neuron_sift import EpochSiftingDataloader
 from neuron_sift.integrations.schedules import ExactLengthLoader
 from neuron_sift.metrics import EpochSiftingMetrics, collect_metrics, find_epoch_loader, log_metrics, write_tensorboard
-
-
-def small_parts(epochs=4):
-    """A linear classifier, its SGD and a budgeted epoch loader over 256 samples in batches of 32."""
-    torch.manual_seed(0)
-    x = torch.randn(256, 6)
-    y = (x[:, 0] > 0).long()
-    model = torch.nn.Linear(6, 2)
-    opt = torch.optim.SGD(model.parameters(), lr=0.3)
-    loader = EpochSiftingDataloader(
-        {"seed": 0, "kept_share": 0.5}, DataLoader(TensorDataset(x, y), batch_size=32), num_epochs=epochs
-    )
-    return model, opt, loader
+from tests.neuron_sift.epoch.helpers import small_parts
 
 
 def train(model, opt, loader, epochs, each=None):
