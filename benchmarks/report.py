@@ -19,7 +19,13 @@ runs (``full`` and every ``full@X``) of the same seed:
   final accuracy) points of the seed's frontier runs, sorted by wall-clock
   (``frontier_at``); outside their range it is clamped to the nearest end point and the
   run says so (``iso_time_clamped``: ``"below"`` / ``"above"``);
-* ``final_acc_delta``: the arm's final accuracy minus ``full``'s, in points.
+* ``final_acc_delta``: the arm's final accuracy minus ``full``'s, in points;
+* ``speedup_steps_vs_full``: ``full``'s training steps to the target / the arm's (the same
+  rule on the curve's step counts). Why beside the time: a step trains one batch, so for
+  the arms that skip samples without a scoring forward it counts their compute without
+  the clock's noise (on a shared machine the same run's time to target varies more than
+  its steps); it ignores the per-batch modes' scoring forwards, so for those arms the
+  time is the measure.
 
 An arm that never reaches the target has no speedup for that seed (``None``); the summary
 counts the seeds that reached it and takes medians over those only.
@@ -30,7 +36,7 @@ iso-time gain and ``time_to_target_s``), ``seeds``, ``reached`` (seeds that reac
 target), ``commit``, and for each metric
 ``M`` of ``speedup_vs_full``, ``speedup_vs_frontier`` (over the seeds that reached the
 target), ``iso_time_gain``, ``final_acc_delta`` (points), ``final_acc`` (%),
-``time_to_target_s``, ``total_wall_s``, ``total_cpu_s``, ``bwd_samples``, ``fwd_samples``, ``kept_share``,
+``speedup_steps_vs_full``, ``time_to_target_s``, ``total_wall_s``, ``total_cpu_s``, ``bwd_samples``, ``fwd_samples``, ``kept_share``,
 ``target_acc`` (%): ``M`` the median over seeds, ``M_min`` and ``M_max``; ``null`` where
 undefined (no seed reached the target). ``iso_time_clamped``: seeds whose iso-time value
 was clamped. ``mislabeled_share`` (and its range) on ``mnist1d-noisy``.
@@ -118,6 +124,7 @@ def paired(arm: dict, full: dict, frontier: Sequence[dict], key: str = "wall_s")
         "iso_time_gain": 100.0 * (arm["final_test_acc"] - acc),
         "iso_time_clamped": clamped,
         "final_acc_delta": 100.0 * (arm["final_test_acc"] - full["final_test_acc"]),
+        "speedup_steps_vs_full": _ratio(full.get("steps_to_target"), arm.get("steps_to_target")),
     }
 
 
@@ -132,6 +139,8 @@ def annotate_seed(results: dict[str, dict], target_drop: float, clock: str = "wa
         r["target_acc"] = round(target, 6)
         r["time_to_target_s"] = time_to_target(r["curve"], target, key)
         r["first_crossing_s"] = first_crossing(r["curve"], target, key)
+        has_steps = all("steps" in point for point in r["curve"])
+        r["steps_to_target"] = time_to_target(r["curve"], target, "steps") if has_steps else None
     frontier = [r for arm, r in results.items() if is_frontier(arm)]
     for r in results.values():
         r["paired"] = paired(r, full, frontier, key)
@@ -194,6 +203,7 @@ def summarize(records: list[dict], clock: str | None = None) -> list[dict]:
         }
         _metric(row, "speedup_vs_full", [x["speedup_vs_full"] for x in p], 3)
         _metric(row, "speedup_vs_frontier", [x["speedup_vs_frontier"] for x in p], 3)
+        _metric(row, "speedup_steps_vs_full", [x.get("speedup_steps_vs_full") for x in p], 3)
         _metric(row, "iso_time_gain", [x["iso_time_gain"] for x in p], 3)
         row["iso_time_clamped"] = sum(x["iso_time_clamped"] is not None for x in p)
         _metric(row, "final_acc", [100.0 * x["final_test_acc"] for x in res], 3)
@@ -244,6 +254,7 @@ HEADLINE = [
     ("kept_share", "kept share", ".3f"),
 ]
 DETAIL = [
+    ("speedup_steps_vs_full", "speedup in steps vs full", ".2f"),
     ("time_to_target_s", "time to target s", "s"),
     ("total_other", "total time s, other clock", "s"),  # the other one
     ("fwd_samples", "fwd samples", ".0f"),

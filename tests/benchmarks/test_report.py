@@ -82,6 +82,44 @@ def test_paired_numbers_of_a_seed():
     assert f["speedup_vs_frontier"] == pytest.approx(10 / 15)
 
 
+def test_speedup_in_steps_counts_the_steps_to_the_target_whatever_the_clock_says():
+    """Two runs of the same work on a noisy clock: the steps to the target are the same, the
+    times are not; the step speedup follows the steps only."""
+
+    def stepped(points):
+        c = [{"wall_s": w, "steps": n, "test_acc": a} for w, n, a in points]
+        n = c[-1]["steps"]
+        return {
+            "curve": c,
+            "wall_s": c[-1]["wall_s"],
+            "cpu_s": c[-1]["wall_s"],
+            "final_test_acc": c[-1]["test_acc"],
+            "backward_samples": n,
+            "forward_samples": n,
+            "kept_share": 1.0,
+        }
+
+    results = {
+        "full": stepped([(0, 0, 0.1), (10, 100, 0.94), (20, 200, 0.956), (30, 300, 0.96)]),
+        # reaches the target for good after 100 steps, but its clock ran slow: 18 s
+        "arm": stepped([(0, 0, 0.1), (18, 100, 0.957), (26, 150, 0.96)]),
+        "never": stepped([(0, 0, 0.1), (5, 100, 0.95)]),
+    }
+    report.annotate_seed(results, target_drop=0.5)
+    a = results["arm"]["paired"]
+    assert results["arm"]["steps_to_target"] == 100 and results["full"]["steps_to_target"] == 200
+    assert a["speedup_steps_vs_full"] == pytest.approx(2.0)
+    assert a["speedup_vs_full"] == pytest.approx(20 / 18)
+    assert results["never"]["paired"]["speedup_steps_vs_full"] is None
+    # curves without step counts (older records) have no step speedup rather than a wrong one
+    old = {"full": run([(0, 0.1), (10, 0.96)]), "arm": run([(0, 0.1), (5, 0.96)])}
+    report.annotate_seed(old, target_drop=0.5)
+    assert old["arm"]["paired"]["speedup_steps_vs_full"] is None
+    rows = report.summarize([_record(arm, 0, res) for arm, res in results.items()])
+    assert {r["arm"]: r["speedup_steps_vs_full"] for r in rows} == {"full": 1.0, "arm": 2.0, "never": None}
+    assert "speedup in steps vs full" in report.format_tables(rows, markdown=True, columns=report.DETAIL)
+
+
 def _record(arm, seed, res, commit="abc"):
     return {"task": "t", "backend": "eager", "arm": arm, "seed": seed, "versions": {"commit": commit}, "results": res}
 
