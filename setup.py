@@ -51,6 +51,7 @@ setup(
         "neuron_sift.integrations",
         "neuron_sift.loss",
         "neuron_sift.metrics",
+        "neuron_sift.shared",
         "neuron_sift.sift_config",
         "neuron_sift.kernels",
     ],

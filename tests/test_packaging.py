@@ -26,6 +26,15 @@ def test_wheel_installs_kernels_inside_the_package_only(tmp_path):
     assert {n.split("/")[0] for n in names} == {"neuron_sift", dist_info}
     check_metadata_states_the_tested_range(zipfile.ZipFile(wheel).read(f"{dist_info}/METADATA").decode())
     assert "neuron_sift/kernels/percentile.py" in names
+    # every module of the source tree is in the wheel (a subpackage missing from setup.py's
+    # list would import in an editable install and fail in a user's regular one)
+    source = {
+        os.path.relpath(os.path.join(d, f), ROOT).replace(os.sep, "/")
+        for d, _, files in os.walk(os.path.join(ROOT, "neuron_sift"))
+        for f in files
+        if f.endswith(".py")
+    } | {f"neuron_sift/kernels/{f}" for f in os.listdir(os.path.join(ROOT, "kernels")) if f.endswith(".py")}
+    assert source - set(names) == set()
     # the CPU step's C kernels are compiled into the wheel (the source is not shipped)
     assert any(n.startswith("neuron_sift/kernels/_host.") and n.endswith(".so") for n in names), names
     target = tmp_path / "site"
@@ -38,6 +47,7 @@ def test_wheel_installs_kernels_inside_the_package_only(tmp_path):
     assert installed.returncode == 0, installed.stderr[-3000:]
     code = (
         "import importlib.util, neuron_sift, neuron_sift.kernels as k; "
+        "import neuron_sift.integrations.schedules, neuron_sift.metrics.lightning, neuron_sift.shared.checkpoints; "
         f"assert neuron_sift.__file__.startswith({str(target)!r}), neuron_sift.__file__; "
         "assert importlib.util.find_spec('kernels') is None and importlib.util.find_spec('benchmarks') is None; "
         f"import neuron_sift.kernels._host as h; assert h.__file__.startswith({str(target)!r}); "
