@@ -62,13 +62,18 @@ def test_a_resumed_stream_trains_the_batches_of_the_uninterrupted_run():
     assert before + train(resumed, 3) == expected
 
 
-def test_a_newer_iteration_voids_the_older_one():
-    stream = ExactLengthLoader(epoch_loader(), epochs=5)
+@pytest.mark.parametrize("mode", ["epoch", "per-batch"])
+def test_a_newer_iteration_voids_the_older_one(mode):
+    """The shared lifetime rule around either loader: a peek's iterator is void once the loop
+    starts its own, and the loop then takes a whole epoch."""
+    stream = ExactLengthLoader(epoch_loader() if mode == "epoch" else per_batch_loader(), epochs=5)
     old = iter(stream)
     next(old)
-    iter(stream)
+    new = iter(stream)
     with pytest.raises(RuntimeError, match="ExactLengthLoader: a new iteration was started"):
         next(old)
+    if mode == "per-batch":  # the epoch loader pairs losses: its loop is train() above
+        assert len(list(new)) == len(stream)
 
 
 class Score(Loss):
