@@ -2,24 +2,17 @@
 # and exports VENV (its folder) and PY (its python). Idempotent: a second run only re-checks
 # the install.
 #
-# A leg is a Python version with a torch version (scripts/test.sh runs all three):
-#   py311  Python 3.11, torch 2.9.0 + torch-xla 2.9.0   .venv         (the main job's)
-#   py310  Python 3.10, torch 2.9.0 + torch-xla 2.9.0   .venv-py310   (Neuron's PyTorch/XLA images)
-#   py313  Python 3.13, the newest torch on the index    .venv-py313   (no torch-xla)
-# Choose with LEG=...; the default is py311. Each Python is found on PATH, under pyenv, or
-# in /usr/bin and /usr/local/bin; NEURON_SIFT_PYTHON<major><minor> (e.g. NEURON_SIFT_PYTHON310)
-# names one explicitly.
+# A leg is a Python version with a torch version (scripts/_legs.sh names them; scripts/test.sh
+# runs all three). Choose with LEG=...; the default is py311. Each Python is found on PATH,
+# under pyenv, or in /usr/bin and /usr/local/bin; NEURON_SIFT_PYTHON<major><minor>
+# (e.g. NEURON_SIFT_PYTHON310) names one explicitly.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 LEG="${LEG:-py311}"
-
-case "$LEG" in
-    py311) PY_VERSION=3.11; VENV=.venv;       EXTRAS="xla,test,bench,docs"; NEWEST_TORCH=0 ;;
-    py310) PY_VERSION=3.10; VENV=.venv-py310; EXTRAS="xla,test,bench";      NEWEST_TORCH=0 ;;
-    py313) PY_VERSION=3.13; VENV=.venv-py313; EXTRAS="test,bench,docs"; NEWEST_TORCH=1 ;;
-    *) echo "scripts/_env.sh: unknown LEG '$LEG' (one of: py311 py310 py313)" >&2; exit 2 ;;
-esac
+# shellcheck source=scripts/_legs.sh
+source scripts/_legs.sh
+leg_settings "$LEG" || exit 2
 
 # Prints the path of a working CPython $1 (e.g. 3.10) or nothing.
 find_python() {
@@ -63,12 +56,14 @@ STAMP="$VENV/.neuron_sift_installed"
 # leg's extras changed; the stamp holds the extras it was made with.
 if [ ! -f "$STAMP" ] || [ setup.py -nt "$STAMP" ] || [ kernels/_host.c -nt "$STAMP" ] \
     || [ "$(cat "$STAMP")" != "$EXTRAS" ]; then
-    PIP=("$PY" -m pip)
+    # No download cache: a leg's wheels (a CUDA build of torch, several GB) are installed
+    # once, and a cached copy beside the installed one is what filled small CI disks.
+    PIP=("$PY" -m pip --no-cache-dir)
     if [ "$NEWEST_TORCH" = 1 ]; then
         # The newest torch on the index, whatever cap a machine's pip configuration sets
         # (some machines carry a constraints file that pins torch below the newest release):
         # os.devnull as PIP_CONFIG_FILE is pip's documented switch for "no config files".
-        PIP=(env PIP_CONFIG_FILE=/dev/null "$PY" -m pip)
+        PIP=(env PIP_CONFIG_FILE=/dev/null "$PY" -m pip --no-cache-dir)
     fi
     "${PIP[@]}" install --quiet --upgrade pip
     "${PIP[@]}" install --quiet -e ".[$EXTRAS]"

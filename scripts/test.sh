@@ -7,21 +7,45 @@
 # LEGS="py311" (or "py310 py313", ...) runs only those legs; extra arguments go to pytest in
 # every leg. A leg's failure does not stop the others; the exit status is non-zero if any
 # leg failed, and the last line sums the legs.
+# Disk: each leg's environment holds a CUDA build of torch (about 8 GB). An environment this
+# run created is removed after its leg when fewer than NEURON_SIFT_LEG_FREE_GB (default 16)
+# GB stay free for the next leg's set-up; environments that existed before are kept.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+# shellcheck source=scripts/_legs.sh
+source scripts/_legs.sh
 LEGS="${LEGS:-py311 py310 py313}"
+FREE_GB="${NEURON_SIFT_LEG_FREE_GB:-16}"
+free_gb() { df -Pk . | awk 'NR == 2 { print int($4 / 1048576) }'; }
+# After leg $1 (index $2), remove its environment if this run created it ($3 = 1), another leg
+# follows, and the disk is short.
+release_env() {
+    if [ "$3" = 1 ] && [ $(($2 + 1)) -lt ${#legs[@]} ] && [ "$(free_gb)" -lt "$FREE_GB" ]; then
+        rm -rf "$VENV"
+        echo "=== leg $1: removed $VENV, which this run created: $(free_gb) GB free now (the next leg needs about $FREE_GB) ==="
+    fi
+}
 LOGS="$(mktemp -d)"
 status=0
 summary=()
 passed=0 failed=0 errors=0 skipped=0
-for leg in $LEGS; do
+legs=($LEGS)
+for i in "${!legs[@]}"; do
+    leg="${legs[$i]}"
     start=$SECONDS
-    echo "=== leg $leg: setting up ==="
-    if ! (LEG="$leg" source scripts/_env.sh); then
+    leg_settings "$leg" || { summary+=("leg $leg: unknown"); status=1; continue; }
+    created=0
+    [ -x "$VENV/bin/python" ] || created=1
+    echo "=== leg $leg: setting up ($VENV$([ "$created" = 1 ] && echo ', new'); $(free_gb) GB free) ==="
+    # Its own process: errexit is off inside a tested command (`if ! (...)`), which would let
+    # a failed install pass as a set-up.
+    LEG="$leg" bash scripts/_env.sh
+    if [ $? -ne 0 ]; then
         echo "=== leg $leg: set-up FAILED ==="
         summary+=("leg $leg: set-up failed")
         status=1
+        release_env "$leg" "$i" "$created"
         continue
     fi
     setup_s=$((SECONDS - start))
@@ -90,6 +114,7 @@ print(f"Python {v}, torch {torch.__version__}, torch-xla {x}")')"
         esac
     done
     summary+=("leg $leg ($(cat "$LOGS/$leg.versions" 2>/dev/null || echo '?')): exit $rc, set-up ${setup_s}s, total $((SECONDS - start))s: ${last//=/}")
+    release_env "$leg" "$i" "$created"
 done
 echo
 printf '%s\n' "${summary[@]}"

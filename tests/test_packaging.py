@@ -61,7 +61,7 @@ def test_wheel_installs_kernels_inside_the_package_only(tmp_path):
 
 def legs_python_versions():
     """(python version, torch requirement) of every leg scripts/test.sh runs by default."""
-    env = open(os.path.join(ROOT, "scripts", "_env.sh"), encoding="utf-8").read()
+    env = open(os.path.join(ROOT, "scripts", "_legs.sh"), encoding="utf-8").read()
     test = open(os.path.join(ROOT, "scripts", "test.sh"), encoding="utf-8").read()
     default_legs = re.search(r'LEGS="\$\{LEGS:-([^}]*)\}"', test).group(1).split()
     versions = dict(re.findall(r"^\s*(py\d+)\) PY_VERSION=(\d\.\d+);", env, re.M))
