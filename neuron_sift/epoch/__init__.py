@@ -4,6 +4,8 @@ Thin parts, one job each:
 
 - ``policy``: scores -> keep probabilities -> inclusion probabilities -> loss weights (the
   pure functions the planner runs on the host);
+- ``quantiles``: percentiles of all scores from mergeable per-part summaries, within a
+  stated rank error (the sharded table's percentile; not yet the loader's path);
 - ``planner``: which samples each epoch trains on, in what order, on which rank, and every
   count derived from that (``len()``, ``planned_steps()``);
 - ``opening``: the one point per epoch where scores reach the host, merge and become a plan;
@@ -23,13 +25,19 @@ Thin parts, one job each:
 from neuron_sift.epoch.loader import EpochSiftingDataloader
 from neuron_sift.epoch.planner import EpochPlan, EpochPlanner
 from neuron_sift.epoch.policy import keep_priorities, loss_weights, percentile_of_all, scale_to_count
+from neuron_sift.epoch.quantiles import ScoreSummary, merge, percentiles, summarize, summarize_over_ranks
 
 __all__ = [
     "EpochPlan",
     "EpochPlanner",
     "EpochSiftingDataloader",
+    "ScoreSummary",
     "keep_priorities",
     "loss_weights",
+    "merge",
     "percentile_of_all",
+    "percentiles",
     "scale_to_count",
+    "summarize",
+    "summarize_over_ranks",
 ]

@@ -22,6 +22,8 @@ objective) and a weight clipped by ``max_weight`` (``E`` then falls short by
 import numpy as np
 import torch
 
+from neuron_sift.epoch.quantiles import ScoreSummary, percentiles
+
 
 def percentile_of_all(scores: np.ndarray) -> np.ndarray:
     """Mid-rank percentile of every scored value among all scored values: for a scored
@@ -58,6 +60,7 @@ def keep_priorities(
     beta_value: float = 1.0,
     min_keep_probability: float = 0.05,
     prune_ratio: float = 0.5,
+    summary: ScoreSummary | None = None,
 ) -> np.ndarray:
     """The policy's keep probability of every sample, before any budget: ``[N]`` float32.
 
@@ -66,15 +69,19 @@ def keep_priorities(
     * ``percentile``: ``max(min_keep_probability, percentile ** beta_value)``, the
       percentile among all recorded scores with ties counting half;
     * ``below_mean``: ``1 - prune_ratio`` below the mean of the recorded scores, else 1.
+
+    ``summary``: the recorded scores are those it summarises (``quantiles.py``: every
+    rank's, of which ``scores`` is one part); the percentile is read off it, within its
+    stated rank error, and the mean is its own. None: ``scores`` are all the scores (exact).
     """
     scores = np.asarray(scores, dtype=np.float32)
     seen = ~np.isnan(scores)
     if policy == "percentile":
-        pct = percentile_of_all(scores)
+        pct = percentile_of_all(scores) if summary is None else percentiles(summary, scores)
         p = np.clip(np.power(pct, np.float32(beta_value)), min_keep_probability, 1.0).astype(np.float32)
     elif policy == "below_mean":
         vals = scores[seen].astype(np.float64)
-        mean = vals.sum() / max(vals.shape[0], 1)
+        mean = vals.sum() / max(vals.shape[0], 1) if summary is None else summary.mean
         below = seen & (np.where(seen, scores, 0).astype(np.float64) < mean)
         p = np.where(below, np.float32(1.0 - prune_ratio), np.float32(1.0)).astype(np.float32)
     else:

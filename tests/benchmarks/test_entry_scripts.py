@@ -36,7 +36,9 @@ def fresh(script: str):
 
 def test_the_scripts_are_found():
     assert {"suite", "runner", "context", "arms", "machinery", "epoch_machinery", "scoring_trace"} <= set(MODULES)
-    assert {"suite.py", "machinery.py", "epoch_machinery.py", "scoring_trace.py", "memory.py"} <= set(ENTRY_SCRIPTS)
+    assert {"suite.py", "machinery.py", "epoch_machinery.py", "scoring_trace.py", "memory.py", "scale.py"} <= set(
+        ENTRY_SCRIPTS
+    )
 
 
 def test_every_module_imports_in_a_fresh_interpreter():
@@ -79,6 +81,28 @@ def test_epoch_machinery_runs_at_a_tiny_size(tmp_path, capsys):
     assert [r["measure"] for r in rows] == ["per_step_isolated", "per_step_end_to_end"] + ["planning"] * 4
     assert all(0 < r["kept"] <= 4096 for r in rows[2:])
     assert "records:" in capsys.readouterr().out
+
+
+def test_scale_runs_at_tiny_sizes(tmp_path, capsys):
+    """Both paths, two sizes, one and two ranks: a row each, the held bytes per owned sample
+    as the docstring states them, the summary's collective independent of N."""
+    module = fresh("scale.py")
+    out = tmp_path / "scale.jsonl"
+    args = ["--n", "2000", "20000", "--ranks", "1", "2", "--repeats", "1", "--knots", "64", "--out", str(out)]
+    assert module.main(args) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["path"], r["n"], r["ranks"]) for r in rows] == [
+        (path, n, w) for n in (2000, 20000) for path, w in (("exact", 1), ("summary", 1), ("summary", 2))
+    ]
+    exact = [r for r in rows if r["path"] == "exact"]
+    summary = [r for r in rows if r["path"] == "summary"]
+    # The loader's tables (scores, two epochs' weights), the ranks' marks, the plan (int64 order of half)
+    assert all(r["held_bytes_per_owned"] == pytest.approx(26.0, abs=0.01) for r in exact)
+    assert all(r["held_bytes_per_owned"] == 10.0 for r in summary)  # scores, weights, int32 order of half
+    assert {r["collective_bytes"] for r in summary if r["ranks"] == 2} == {(64 + 2) * 16 * 2}
+    assert all(r["kept"] == r["owned"] // 2 for r in rows)
+    assert (tmp_path / "scale.png").exists()
+    assert "projected at N=1e9" in capsys.readouterr().out
 
 
 @pytest.mark.slow

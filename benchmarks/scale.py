@@ -1,0 +1,252 @@
+#!/usr/bin/env python
+"""How does an epoch's planning grow with the dataset? Time, peak memory and collective bytes
+per epoch against N, for the exact planner and for percentiles from mergeable summaries.
+
+Two paths, each measured in a fresh process per (path, N, ranks) so that its peak resident
+memory is its own (simulated scores: lognormal float32, 1% unscored):
+
+* ``exact``: what ``EpochSiftingDataloader`` runs today, one ``EpochPlanner.plan`` of a
+  sifted epoch (percentile policy; ``--kept-share`` budget) over all ``N`` scores, as every
+  rank runs it. Under data parallelism each rank also holds the whole table and joins one
+  all-reduce of a ``[4, N]`` float32 tensor per epoch (``epoch/shares.merge_over_ranks``):
+  ``16 N`` bytes.
+* ``summary``: one rank's share of ``N / W`` scores under a sharded table (not yet the
+  loader's path): ``quantiles.summarize`` of its part, the merge of all ``W`` parts'
+  summaries (the others generated here; over gloo it is one all-gather of
+  ``(knots + 2) * 16`` bytes per rank, tested in tests/neuron_sift/epoch/test_quantiles.py),
+  every owned sample's keep priority from the merged summary, the water-filling to its
+  equal share of the budget, the systematic sample and the weights: the per-rank work of a
+  plan drawn shard by shard.
+
+Reported per row: planning time (median and range over ``--repeats`` processes), the peak
+resident memory the plan added over the table it starts from, bytes per sample (per owned
+sample for ``summary``), collective bytes per epoch, and planning as a share of an epoch's
+training time at ``--train-us`` microseconds of training per sample per rank (an assumption,
+stated in the output). A log-log least-squares fit of time against N gives the growth rate
+and a projection to N = 1e9.
+
+    python benchmarks/scale.py                                  # N = 1e5, 1e6, 1e7
+    python benchmarks/scale.py --n 1e5 1e6 1e7 1e8 --ranks 1 2 4
+
+Output: a table and one JSON line per measurement (``--out``, default
+``benchmarks/results/scale.jsonl``, appended), and a log-log plot beside it (``--plot``).
+"""
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+BATCH = 128
+
+
+def scores_of(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    s = rng.lognormal(size=n).astype(np.float32)
+    s[rng.random(n) < 0.01] = np.nan
+    return s
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+def one_exact(n: int, kept_share: float) -> dict[str, Any]:
+    import torch
+
+    from neuron_sift import EpochSiftConfig
+    from neuron_sift.epoch.planner import EpochPlanner
+    from neuron_sift.epoch.shares import RankShares
+    from neuron_sift.epoch.tables import ScoreTables
+    from neuron_sift.shared.ranks import RankGroup
+
+    torch.set_num_threads(1)
+    planner = EpochPlanner(EpochSiftConfig(kept_share=kept_share), n, BATCH, False, seed=0, num_epochs=10)
+    tables = ScoreTables(n)
+    tables.load_scores(torch.from_numpy(scores_of(n, 1)))
+    shares = RankShares(n, RankGroup(None, torch.device("cpu")))
+    base = rss_bytes()
+    start = time.perf_counter()
+    plan = planner.plan(1, tables.snapshot())
+    seconds = time.perf_counter() - start
+    tables.set_weights(plan.weights, 1)  # the loader's tables keep this epoch's weights and the last's
+    previous = tables._previous[1] if tables._previous is not None else np.empty(0)
+    # What the loader holds per sample between epochs: score table, weights (this epoch's and
+    # the last's), the ranks' marks, and the plan in progress (order, weights, inclusion).
+    held = tables._scores.nbytes + tables._weights.nbytes + previous.nbytes + shares.mine.nbytes
+    held += shares.carried.nbytes + plan.order.nbytes + plan.weights.nbytes + plan.inclusion.nbytes
+    return {"seconds": seconds, "peak_added": peak_bytes() - base, "held": held, "kept": plan.kept}
+
+
+def one_summary(n: int, world: int, kept_share: float, knots: int) -> dict[str, Any]:
+    from neuron_sift.epoch.planner import systematic_sample
+    from neuron_sift.epoch.policy import keep_priorities, scale_to_count
+    from neuron_sift.epoch.quantiles import merge, summarize
+
+    owned = n // world
+    others = [summarize(scores_of(owned, 10 + r), knots) for r in range(1, world)]
+    mine = scores_of(owned, 10)
+    base = rss_bytes()
+    start = time.perf_counter()
+    summary = merge([summarize(mine, knots), *others])
+    p = keep_priorities(mine, "percentile", summary=summary)
+    k = int(round(kept_share * owned))
+    pi = scale_to_count(p, float(k), np.isnan(mine))
+    rng = np.random.default_rng(0)
+    order = systematic_sample(pi, rng.permutation(owned).astype(np.int32), k, float(rng.random())).astype(np.int32)
+    weights = (1.0 / np.maximum(pi, 1e-300)).astype(np.float32)
+    seconds = time.perf_counter() - start
+    held = mine.nbytes + weights.nbytes + order.nbytes
+    return {
+        "seconds": seconds,
+        "peak_added": peak_bytes() - base,
+        "held": held,
+        "kept": int(order.shape[0]),
+        "rank_error": summary.rank_error,
+    }
+
+
+def run_child(args: argparse.Namespace) -> int:
+    if args.path == "exact":
+        row = one_exact(args.child_n, args.kept_share)
+    else:
+        row = one_summary(args.child_n, args.child_world, args.kept_share, args.knots)
+    print(json.dumps(row))
+    return 0
+
+
+def measure(path: str, n: int, world: int, args: argparse.Namespace) -> dict[str, Any]:
+    runs = []
+    for _ in range(args.repeats):
+        cmd = [sys.executable, __file__, "--child", path, "--child-n", str(n), "--child-world", str(world)]
+        cmd += ["--kept-share", str(args.kept_share), "--knots", str(args.knots)]
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=True)
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    seconds = [r["seconds"] for r in runs]
+    owned = n if path == "exact" else n // world
+    collective = 16 * n if (path == "exact" and world > 1) else ((args.knots + 2) * 16 * world if world > 1 else 0)
+    train_s = owned * args.train_us * 1e-6  # one epoch's training on this rank: it trains its share
+    per_rank_trained = n // world
+    median = statistics.median(seconds)
+    return {
+        "path": path,
+        "n": n,
+        "ranks": world,
+        "owned": owned,
+        "seconds_median": median,
+        "seconds_range": [min(seconds), max(seconds)],
+        "peak_added_bytes": statistics.median(r["peak_added"] for r in runs),
+        "held_bytes_per_owned": runs[0]["held"] / owned,
+        "collective_bytes": collective,
+        "plan_share_of_epoch": median / (per_rank_trained * args.train_us * 1e-6) if train_s else None,
+        "train_us_per_sample": args.train_us,
+        "kept": runs[0]["kept"],
+        "rank_error": runs[0].get("rank_error", 0.0),
+        "repeats": args.repeats,
+    }
+
+
+def fit(rows: list[dict[str, Any]]) -> tuple[float, float]:
+    """Slope and intercept of log10(seconds) against log10(N)."""
+    x = np.log10([r["n"] for r in rows])
+    y = np.log10([max(r["seconds_median"], 1e-9) for r in rows])
+    slope, intercept = np.polyfit(x, y, 1) if len(rows) > 1 else (float("nan"), float(y[0]))
+    return float(slope), float(intercept)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--n", nargs="+", type=float, default=[1e5, 1e6, 1e7], help="dataset sizes")
+    p.add_argument("--ranks", nargs="+", type=int, default=[1, 2, 4], help="ranks for the summary path")
+    p.add_argument("--repeats", type=int, default=3, help="fresh processes per measurement")
+    p.add_argument("--kept-share", type=float, default=0.5)
+    p.add_argument("--knots", type=int, default=4096, help="points per part's summary")
+    p.add_argument("--train-us", type=float, default=100.0, help="assumed training time per sample per rank (us)")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "scale.jsonl"))
+    p.add_argument("--plot", default=None, help="PNG path (default: beside --out)")
+    p.add_argument("--child", choices=["exact", "summary"], help=argparse.SUPPRESS)
+    p.add_argument("--child-n", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--child-world", type=int, default=1, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        args.path = args.child
+        return run_child(args)
+    sizes = [int(n) for n in args.n]
+    rows = []
+    stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    for n in sizes:
+        rows.append(measure("exact", n, 1, args))
+        for w in args.ranks:
+            rows.append(measure("summary", n, w, args))
+        for r in rows[-1 - len(args.ranks) :]:
+            print(
+                f"{r['path']:8} N={r['n']:>11,} W={r['ranks']}  plan {r['seconds_median']:8.3f} s "
+                f"[{r['seconds_range'][0]:.3f}, {r['seconds_range'][1]:.3f}]  peak +{r['peak_added_bytes'] / 2**20:8.1f} MiB  "
+                f"held {r['held_bytes_per_owned']:5.2f} B/owned  collective {r['collective_bytes']:>12,} B  "
+                f"plan/epoch {100 * r['plan_share_of_epoch']:.3f}%",
+                flush=True,
+            )
+    print(f"\nassumed training time: {args.train_us} us per sample per rank")
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["path"], r["ranks"]), []).append(r)
+    for (path, w), group in groups.items():
+        slope, intercept = fit(group)
+        projected = 10 ** (intercept + slope * 9)
+        share = projected / ((1e9 / w) * args.train_us * 1e-6)
+        print(
+            f"{path:8} W={w}: time ~ N^{slope:.2f}; projected at N=1e9: {projected:.1f} s ({100 * share:.3f}% of an epoch)"
+        )
+        for r in group:
+            r.update({"growth_exponent": slope, "projected_1e9_seconds": projected, "stamp": stamp})
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("a") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    plot_path = Path(args.plot) if args.plot else out.with_suffix(".png")
+    plot(groups, plot_path)
+    print(f"records: {out}\nplot: {plot_path}")
+    return 0
+
+
+def plot(groups: dict[tuple[str, int], list[dict[str, Any]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    for (name, w), group in groups.items():
+        ns = [r["n"] for r in group]
+        label = f"{name} (W={w})"
+        a.loglog(ns, [r["seconds_median"] for r in group], "o-", label=label)
+        b.loglog(ns, [max(r["peak_added_bytes"], 1) / 2**20 for r in group], "o-", label=label)
+    a.set(xlabel="N (samples)", ylabel="planning time per epoch (s, per rank)")
+    b.set(xlabel="N (samples)", ylabel="peak memory added by planning (MiB, per rank)")
+    for ax in (a, b):
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
