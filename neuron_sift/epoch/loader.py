@@ -18,7 +18,7 @@ their composition in the package's envelope (``checkpoint.py``); ``metrics()`` i
 """
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -34,6 +34,7 @@ from neuron_sift.epoch.pairing import PairingQueue, as_per_sample
 from neuron_sift.epoch.planner import EpochPlan, EpochPlanner
 from neuron_sift.epoch.progress import EpochProgress
 from neuron_sift.epoch.report import epoch_report
+from neuron_sift.epoch.reshard import reshard
 from neuron_sift.epoch.sampling import check_same_on_every_rank, read_sampling
 from neuron_sift.epoch.shares import RankShares
 from neuron_sift.epoch.source import PlannedBatchSampler, inspect_source, rebuild
@@ -347,6 +348,25 @@ class EpochSiftingDataloader:
         self.guard.load_state_dict(state["guard"])
         self.pairing.load_state_dict(state["pairing"])
         self.history.load_state_dict(state["history"])
+
+    def load_state_dict_from_ranks(self, states: Sequence[dict[str, Any]]) -> None:
+        """Restore from every rank's ``state_dict()`` of the run, taken at one step with any
+        number of ranks: at this loader's world size each rank's own state is loaded (the
+        exact resume); at another, they are combined into this rank's share of the same run
+        (``neuron_sift/epoch/reshard.py``): the epoch in progress continues with its rest
+        dealt out to the ranks now present, nothing trained twice or left out, and later
+        epochs are planned for this world size.
+
+        Raises:
+            ValueError: not every rank's state of one run at one step, or an epoch in
+                progress with fewer samples left than ranks.
+        """
+        if len(states) == self.planner.world_size:
+            ranks = [int(STATE_FORMAT.read(s)["planner"]["rank"]) for s in states]
+            if sorted(ranks) == list(range(len(states))):
+                self.load_state_dict(states[ranks.index(self.planner.rank)])
+                return
+        self.load_state_dict(reshard(states, self.planner))
 
     # -- inspection ----------------------------------------------------------------------
 

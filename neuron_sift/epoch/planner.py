@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from neuron_sift.epoch.dealing import deal_rest
 from neuron_sift.epoch.policy import keep_priorities, loss_weights, scale_to_count
 from neuron_sift.epoch.sampling import support_checksum
 from neuron_sift.shared.logs import seed63
@@ -55,7 +56,12 @@ class EpochPlan:
     """One epoch's plan. ``order``: the kept sample ids of all ranks, in training order
     (length a multiple of the world size); ``weights``: ``[N]`` float32 loss weight of each
     sample (``1 / pi`` for sifted epochs, 1 otherwise); ``inclusion``: ``[N]`` float32
-    ``pi`` (1 in full epochs)."""
+    ``pi`` (1 in full epochs).
+
+    A plan resumed at another world size (``epoch/reshard.py``) also names the world size
+    ``order`` was shared out for (``world_size``) and the ids some rank trained before the
+    resume (``done``); the ranks then share out the rest (``EpochPlanner.rank_batches_of``).
+    Both are None for a plan trained at the world size it was made for."""
 
     epoch: int
     kind: str
@@ -63,6 +69,8 @@ class EpochPlan:
     weights: torch.Tensor
     inclusion: torch.Tensor
     excluded: int = 0  # samples left out by the noise guard
+    world_size: int | None = None
+    done: torch.Tensor | None = None
 
     @property
     def kept(self) -> int:
@@ -70,8 +78,9 @@ class EpochPlan:
 
     def state_dict(self) -> dict[str, Any]:
         """The plan as CPU tensors and plain values: a resumed run trains the rest of this very
-        plan instead of re-planning from scores that have moved on since."""
-        return {
+        plan instead of re-planning from scores that have moved on since. The resume fields
+        are written only when set, so a plan trained where it was made keeps its layout."""
+        state = {
             "epoch": self.epoch,
             "kind": self.kind,
             "order": self.order.clone(),
@@ -79,9 +88,14 @@ class EpochPlan:
             "inclusion": self.inclusion.clone(),
             "excluded": self.excluded,
         }
+        if self.done is not None:
+            state["world_size"] = self.world_size
+            state["done"] = self.done.clone()
+        return state
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "EpochPlan":
+        done = state.get("done")
         return cls(
             int(state["epoch"]),
             str(state["kind"]),
@@ -89,6 +103,8 @@ class EpochPlan:
             state["weights"].clone(),
             state["inclusion"].clone(),
             int(state["excluded"]),
+            None if done is None else int(state["world_size"]),
+            None if done is None else done.clone(),
         )
 
 
@@ -234,11 +250,13 @@ class EpochPlanner:
 
     def trained_ids(self, plan: EpochPlan) -> torch.Tensor:
         """The ids of ``plan`` that some rank actually trains: ``drop_last`` leaves each rank's
-        short last batch out, so those samples earned no new score."""
-        per_rank = len(plan.order) // self.world_size
+        short last batch out, so those samples earned no new score. (The plan's own world
+        size decides that cut: a resumed plan keeps the set it was made with.)"""
+        world = plan.world_size or self.world_size
+        per_rank = len(plan.order) // world
         if self.drop_last:
             per_rank = (per_rank // self.batch_size) * self.batch_size
-        return plan.order[: per_rank * self.world_size]
+        return plan.order[: per_rank * world]
 
     # -- checkpoints -----------------------------------------------------------------------
 
@@ -345,7 +363,13 @@ class EpochPlanner:
 
     def rank_batches_of(self, plan: EpochPlan) -> list[np.ndarray]:
         """This rank's batches of ``plan``: every ``world_size``-th id from ``rank``, cut into
-        batches of ``batch_size`` (the last one short unless ``drop_last``)."""
+        batches of ``batch_size`` (the last one short unless ``drop_last``). A plan resumed at
+        another world size deals out its rest instead: the ids it trains that no rank
+        trained before the resume (``dealing.deal_rest``)."""
+        if plan.done is not None:
+            trained = self.trained_ids(plan).numpy()
+            rest = trained[~np.isin(trained, plan.done.numpy())]
+            return deal_rest(rest, self.world_size, self.rank, self.batch_size)
         mine = plan.order[self.rank :: self.world_size].numpy()
         b = self.batch_size
         n = (len(mine) // b) * b if self.drop_last else len(mine)

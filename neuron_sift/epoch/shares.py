@@ -72,11 +72,21 @@ def merge_over_ranks(
         return scores
     if carried is None:
         carried = torch.zeros_like(mine)
+    return combine(ranks.sum(contribution(scores, mine, carried)), scores)
+
+
+def contribution(scores: torch.Tensor, mine: torch.Tensor, carried: torch.Tensor) -> torch.Tensor:
+    """One rank's ``[4, N]`` part of the merge: its fresh values and their flags, then its
+    carried values and their flags (summed over ranks by the merge, or by a reshard)."""
     seen = ~torch.isnan(scores)
     a, b = mine & seen, carried & ~mine & seen
     zero = torch.zeros_like(scores)
-    parts = torch.stack(
+    return torch.stack(
         [torch.where(a, scores, zero), a.to(torch.float32), torch.where(b, scores, zero), b.to(torch.float32)]
     )
-    buf = ranks.sum(parts)
-    return torch.where(buf[1] > 0, buf[0], torch.where(buf[3] > 0, buf[2] / buf[3].clamp(min=1), scores))
+
+
+def combine(summed: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """The merged table from the ranks' summed contributions: a fresh value wins, carried
+    values are averaged, and entries no rank scored keep ``scores`` (every rank shares them)."""
+    return torch.where(summed[1] > 0, summed[0], torch.where(summed[3] > 0, summed[2] / summed[3].clamp(min=1), scores))

@@ -1,0 +1,120 @@
+"""Dealing the rest of a resumed epoch to ranks (``neuron_sift.epoch.dealing``), and the
+single-process side of resuming from every rank's states (``load_state_dict_from_ranks``);
+the multi-rank resumes run under torchrun in test_elastic.py."""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils.data import DataLoader
+
+from neuron_sift import EpochSiftingDataloader
+from neuron_sift.epoch.dealing import deal_rest
+from tests.neuron_sift.epoch.helpers import IdDataset, ids_of, oracle_loss
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.integers(1, 300), st.integers(1, 8), st.integers(2, 32))
+def test_every_rank_gets_the_same_number_of_batches_and_every_id_once(left, world, batch):
+    if left < world:
+        with pytest.raises(ValueError, match=f"{left} samples left, fewer than the {world} ranks"):
+            deal_rest(np.arange(left), world, 0, batch)
+        return
+    dealt = [deal_rest(np.arange(left) * 3, world, r, batch) for r in range(world)]
+    assert len({len(d) for d in dealt}) == 1  # lockstep
+    ids = np.concatenate([b for d in dealt for b in d])
+    assert sorted(ids.tolist()) == [3 * i for i in range(left)]  # each once, none lost
+    assert all(0 < len(b) <= batch for d in dealt for b in d)
+
+
+def test_a_share_one_short_of_another_batch_splits_its_last_batch():
+    dealt = [deal_rest(np.arange(9), 2, r, 4) for r in range(2)]  # shares of 5 and 4
+    assert [[len(b) for b in d] for d in dealt] == [[4, 1], [2, 2]]
+
+
+def test_batches_of_one_with_unequal_shares_are_refused():
+    with pytest.raises(ValueError, match="batches of one sample cannot be split"):
+        deal_rest(np.arange(5), 2, 0, 1)
+    assert [len(deal_rest(np.arange(6), 2, r, 1)) for r in range(2)] == [3, 3]
+    assert deal_rest(np.arange(0), 3, 1, 4) == []
+
+
+def make_loader(n=40):
+    dl = DataLoader(IdDataset(n), batch_size=4, shuffle=True)
+    return EpochSiftingDataloader({"seed": 3, "kept_share": 0.5}, dl, num_epochs=4)
+
+
+def test_the_states_of_one_process_at_its_own_world_size_resume_exactly():
+    loader = make_loader()
+    for epoch in range(2):
+        for n, (x, _y) in enumerate(loader):
+            loader.weighted_loss(oracle_loss(x))
+            if epoch == 1 and n == 1:
+                break
+    state = loader.state_dict()
+    rest_expected = [ids_of(x) for x, _ in _resume(state, loader_states=None)]
+    assert [ids_of(x) for x, _ in _resume(state, loader_states=[state])] == rest_expected
+
+
+def _resume(state, loader_states):
+    loader = make_loader()
+    if loader_states is None:
+        loader.load_state_dict(state)
+    else:
+        loader.load_state_dict_from_ranks(loader_states)
+    return list(loader)
+
+
+def test_states_that_are_not_every_rank_of_one_run_are_refused():
+    loader = make_loader()
+    for x, _y in loader:
+        loader.weighted_loss(oracle_loss(x))
+    state = loader.state_dict()
+    with pytest.raises(ValueError, match=r"every rank of the run, each once: got ranks \[0, 0\]"):
+        make_loader().load_state_dict_from_ranks([state, state])
+    with pytest.raises(ValueError, match="got none"):
+        make_loader().load_state_dict_from_ranks([])
+    two = [dict(state, planner={**state["planner"], "world_size": 2, "rank": r}) for r in range(2)]
+    two[1]["planner"]["seed"] = 99
+    with pytest.raises(ValueError, match="different runs: seed differs"):
+        make_loader().load_state_dict_from_ranks(two)
+    two[1]["planner"]["seed"] = two[0]["planner"]["seed"]
+    two[1]["progress"] = {**two[1]["progress"], "epochs_started": 5}
+    with pytest.raises(ValueError, match="different epochs"):
+        make_loader().load_state_dict_from_ranks(two)
+
+
+def test_two_ranks_states_resume_in_one_process_with_nothing_lost_or_repeated():
+    """States of a two-rank run, made from one process's state as two ranks at one step
+    (every rank holds the same plan; each trained its own share): one process resumes
+    the rest of both shares."""
+    loader = make_loader()
+    for epoch in range(2):
+        for n, (x, _y) in enumerate(loader):
+            loader.weighted_loss(oracle_loss(x))
+            if epoch == 1 and n == 1:
+                break
+    state = loader.state_dict()
+    plan = state["progress"]["plan"]
+    # The same plan shared out to two ranks, each one batch in: rank r trained order[r::2][:4].
+    two = []
+    for r in range(2):
+        mine = torch.zeros(40, dtype=torch.bool)
+        mine[plan["order"][r::2]] = True
+        progress = {**state["progress"], "position": 1}
+        two.append(
+            {
+                **state,
+                "planner": {**state["planner"], "world_size": 2, "rank": r},
+                "progress": progress,
+                "shares": {"mine": mine, "carried": torch.zeros(40, dtype=torch.bool)},
+            }
+        )
+    one = make_loader()
+    one.load_state_dict_from_ranks(two)
+    done = set(plan["order"][0::2][:4].tolist()) | set(plan["order"][1::2][:4].tolist())
+    rest = [i for x, _ in one for i in ids_of(x)]
+    assert len(rest) == len(set(rest)) and not done & set(rest)
+    assert sorted(done | set(rest)) == sorted(plan["order"].tolist())
+    assert one.state_dict()["pairing"]["losses_recorded"] == 2 * state["pairing"]["losses_recorded"]  # summed on rank 0
