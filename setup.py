@@ -71,6 +71,9 @@ setup(
             "accelerate>=1.1,<2",
             "lightning>=2.2,<3",
             "tensorboard>=2.14,<3",
+            # The epoch mode over an Arrow dataset on local disk (tests/neuron_sift/epoch/test_formats.py).
+            # 5.2 is the first to allow the legs' huggingface-hub 2.x and fsspec 2026.9 (older ones downgrade them).
+            "datasets>=5.2,<6",
             # The lint, format and type checks of the test command (scripts/test.sh): ranges
             # narrow enough that a new release cannot change what the format check accepts.
             "ruff>=0.17.6,<0.18",

@@ -53,8 +53,10 @@ class EpochSiftingDataloader:
     Args:
         sift_config: an ``EpochSiftConfig`` or an equivalent dict.
         orig_dataloader: a ``torch.utils.data.DataLoader`` over a map-style dataset with a
-            length and a batch size (or wrappers around one: torch-xla's ``MpDeviceLoader``,
-            accelerate's prepared loaders). Its settings are kept; its sampling is replaced
+            length and a batch size (a Hugging Face ``datasets.Dataset``, or an
+            ``IterableDataset`` that also reads by index, such as MosaicML Streaming's
+            ``StreamingDataset``: ``source.py``), or wrappers around one (torch-xla's
+            ``MpDeviceLoader``, accelerate's prepared loaders). Its settings are kept; its sampling is replaced
             by the plan, which draws only from the samples its sampler can yield
             (``sampling.py``).
         num_epochs: the run's length in epochs (int >= 1), needed for annealing and

@@ -9,29 +9,70 @@ DataLoader came in (found by ``neuron_sift.shared.sources.unwrap``: torch-xla's
 copied, outermost first, with the new DataLoader inside, so whatever they do per batch
 (device transfer, accelerate's RNG synchronisation and gradient state) still happens.
 Nothing is patched globally.
+
+Large-dataset formats: the saving is that a skipped sample is never read, so the dataset
+must be read by index. A Hugging Face ``datasets.Dataset`` (Arrow) is map-style already.
+An ``IterableDataset`` that also reads by index (MosaicML Streaming's ``StreamingDataset``
+over MDS shards) is read through ``IndexedView``, a map-style view of it; the user's
+object is left as it was. A pure stream is refused: it can only be read in its own order,
+so skipping a sample would still read it.
 """
 
 import copy
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
-from torch.utils.data import DataLoader, IterableDataset, Sampler
+from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler, Sampler, SequentialSampler
 
 from neuron_sift.shared.sources import WRAPPER_ATTRIBUTES, batch_settings, unwrap
 
 SUPPORTED = (
     "a torch.utils.data.DataLoader over a map-style dataset with __len__ (one whose __getitem__ takes a "
-    "sample index), with a batch size; or wrappers around one, each holding the next as "
+    "sample index; a Hugging Face datasets.Dataset, or an IterableDataset that also reads by index, such as "
+    "MosaicML Streaming's StreamingDataset), with a batch size; or wrappers around one, each holding the next as "
     + " or ".join(f".{a}" for a in WRAPPER_ATTRIBUTES)
     + " (torch-xla's MpDeviceLoader, accelerate's prepared loaders)"
 )
 
+_STREAM_ALTERNATIVES = (
+    "use a map-style dataset (__getitem__ by sample index and __len__): a torch Dataset, a Hugging Face "
+    "datasets.Dataset (Arrow: load_from_disk, or load_dataset without streaming=True), MosaicML Streaming's "
+    "StreamingDataset over MDS shards (read by index), or give the stream __getitem__(index) and __len__; "
+    "or sift the stream per batch with SiftingDataloader"
+)
+
+
+class IndexedView(Dataset[Any]):
+    """An ``IterableDataset`` that also reads by index, seen as the map-style dataset the
+    planned batch sampler needs.
+
+    Why a view: a DataLoader refuses a batch sampler over an ``IterableDataset``, and iterating
+    the dataset would read every sample in its own order. Reads go to the dataset's own
+    ``__getitem__`` (or ``__getitems__``, one call per batch, when it has one), so its
+    shard cache and decoding stay its own; its iteration, shuffling and partitioning over
+    ranks are not used (the plans do that).
+    """
+
+    def __init__(self, source: Any, n: int) -> None:
+        self.source = source
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> Any:
+        return self.source[index]
+
+    def __getitems__(self, indices: list[int]) -> list[Any]:
+        many = getattr(self.source, "__getitems__", None)
+        return list(many(indices)) if many is not None else [self.source[i] for i in indices]
+
 
 @dataclass
 class SourceInfo:
-    dataloader: "DataLoader[Any]"
+    dataloader: "DataLoader[Any]"  # the user's, or a stand-in over an IndexedView (its settings, a plain sampler)
     wrappers: tuple[tuple[Any, str], ...]  # the user's wrappers, outermost first, with the attribute to the next
     n: int
     batch_size: int
@@ -45,12 +86,14 @@ def inspect_source(orig: Any) -> SourceInfo:
     if not chain.reaches_dataloader:
         raise TypeError(f"EpochSiftingDataloader needs {SUPPORTED}; got {chain.describe()}, with no DataLoader inside")
     loader = chain.inner
+    settings = batch_settings(loader)
+    b = settings.batch_size
+    if b is None or b < 1:
+        raise TypeError(f"EpochSiftingDataloader needs {SUPPORTED}; this DataLoader has no batch size")
     ds = loader.dataset
     if isinstance(ds, IterableDataset):
-        raise TypeError(
-            f"EpochSiftingDataloader plans each epoch at the sampler, so it needs {SUPPORTED}; the DataLoader's "
-            f"dataset is an IterableDataset ({type(ds).__name__}), which has no sample indices to plan"
-        )
+        loader = _over_view(loader, _view(ds), b, settings.drop_last)
+        ds = loader.dataset
     try:
         n = len(ds)
     except TypeError as exc:
@@ -59,10 +102,6 @@ def inspect_source(orig: Any) -> SourceInfo:
         ) from exc
     if n < 1:
         raise ValueError("EpochSiftingDataloader: the dataset is empty")
-    settings = batch_settings(loader)
-    b = settings.batch_size
-    if b is None or b < 1:
-        raise TypeError(f"EpochSiftingDataloader needs {SUPPORTED}; this DataLoader has no batch size")
     if getattr(loader, "in_order", True) is False:
         raise ValueError(
             "EpochSiftingDataloader pairs losses with batches in the order the sampler produced them; "
@@ -72,6 +111,78 @@ def inspect_source(orig: Any) -> SourceInfo:
     return SourceInfo(
         loader, chain.wrappers, n, b, settings.drop_last, int(gen.initial_seed()) if gen is not None else None
     )
+
+
+def _view(ds: IterableDataset[Any]) -> IndexedView:
+    """``ds`` read by index, or a TypeError saying why a stream cannot be sifted at the sampler."""
+    name = type(ds).__name__
+    indexed = type(ds).__getitem__ is not Dataset.__getitem__  # torch's Dataset.__getitem__ only raises
+    n = _index_space(ds) if indexed else None
+    if n is None:
+        raise TypeError(
+            "EpochSiftingDataloader plans each epoch at the sampler and skips samples before they are loaded; the "
+            f"DataLoader's dataset is an IterableDataset ({name}) without random access (__getitem__ by sample "
+            "index and __len__): a stream is read in its own order, so a skipped sample would still be read. "
+            + _STREAM_ALTERNATIVES
+        )
+    epoch_size = getattr(ds, "epoch_size", None)
+    if _is_count(epoch_size) and epoch_size != n:
+        raise ValueError(
+            f"the IterableDataset {name} resamples an epoch of {epoch_size} samples from its {n} (epoch_size, "
+            "stream proportions or repeats); EpochSiftingDataloader plans epochs over the samples themselves, each "
+            "trained at most once per epoch: build it without resampling"
+        )
+    return IndexedView(ds, n)
+
+
+def _index_space(ds: Any) -> int | None:
+    """How many sample indices ``ds[i]`` accepts. An integer ``size`` comes first: MosaicML
+    Streaming's ``__len__`` is one rank's share of a (possibly resampled) epoch, while its
+    ``size`` counts every sample its random access reads."""
+    size = getattr(ds, "size", None)
+    if _is_count(size):
+        return int(size)  # a NumPy integer from a metadata file, as a Python int
+    try:
+        return len(ds)
+    except TypeError:
+        return None
+
+
+def _is_count(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def _over_view(src: "DataLoader[Any]", view: IndexedView, batch_size: int, drop_last: bool) -> "DataLoader[Any]":
+    """A stand-in for the user's DataLoader over ``view``: the same settings, and the sampler
+    a plan reads (``sampling.py``). The order follows the dataset's ``shuffle`` flag
+    (MosaicML Streaming's): ``shuffle=False`` trains in dataset order; otherwise plans
+    draw their own order."""
+    sampler: Sampler[int]
+    if getattr(view.source, "shuffle", None) is False:
+        sampler = SequentialSampler(view)
+    else:
+        sampler = RandomSampler(view, generator=src.generator)
+    return DataLoader(view, batch_size=batch_size, sampler=sampler, drop_last=drop_last, **_settings(src))
+
+
+def _settings(src: "DataLoader[Any]") -> dict[str, Any]:
+    """The user's DataLoader settings that a rebuilt one keeps (all but its sampling)."""
+    kwargs: dict[str, Any] = dict(
+        num_workers=src.num_workers,
+        collate_fn=src.collate_fn,
+        pin_memory=src.pin_memory,
+        timeout=src.timeout,
+        worker_init_fn=src.worker_init_fn,
+        multiprocessing_context=src.multiprocessing_context,
+        generator=src.generator,
+        persistent_workers=src.persistent_workers,
+        pin_memory_device=src.pin_memory_device,
+    )
+    if src.num_workers > 0:
+        kwargs["prefetch_factor"] = src.prefetch_factor
+    if hasattr(src, "in_order"):
+        kwargs["in_order"] = src.in_order
+    return kwargs
 
 
 class PlannedBatchSampler(Sampler[list[int]]):
@@ -92,22 +203,7 @@ class PlannedBatchSampler(Sampler[list[int]]):
 def rebuild(orig: Any, info: SourceInfo, batch_sampler: PlannedBatchSampler) -> Any:
     """The user's loader (and its wrappers) with ``batch_sampler`` in place of its sampling."""
     src = info.dataloader
-    kwargs: dict[str, Any] = dict(
-        num_workers=src.num_workers,
-        collate_fn=src.collate_fn,
-        pin_memory=src.pin_memory,
-        timeout=src.timeout,
-        worker_init_fn=src.worker_init_fn,
-        multiprocessing_context=src.multiprocessing_context,
-        generator=src.generator,
-        persistent_workers=src.persistent_workers,
-        pin_memory_device=src.pin_memory_device,
-    )
-    if src.num_workers > 0:
-        kwargs["prefetch_factor"] = src.prefetch_factor
-    if hasattr(src, "in_order"):
-        kwargs["in_order"] = src.in_order
-    node: Any = DataLoader(src.dataset, batch_sampler=batch_sampler, **kwargs)
+    node: Any = DataLoader(src.dataset, batch_sampler=batch_sampler, **_settings(src))
     for wrapper, attribute in reversed(info.wrappers):  # shallow copies: the user's wrappers stay as they were
         outer = copy.copy(wrapper)
         setattr(outer, attribute, node)
