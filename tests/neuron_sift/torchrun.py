@@ -21,29 +21,39 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(worker, tmp_path, world, *args, tag="run"):
-    """Run ``worker`` on ``world`` local ranks; returns the folder its ranks wrote to."""
+def launch(worker, tmp_path, world, *args, tag="run", restarts=0, finishes=True):
+    """Run ``worker`` on ``world`` local ranks; returns the folder its ranks wrote to.
+
+    ``restarts``: torchrun's ``--max-restarts``; with restarts the c10d rendezvous gets a store
+    per attempt (a store shared across restarts hands the new ranks the dead ones' addresses,
+    pytorch/pytorch#135712 and #167288, so the restarted group can fail to connect).
+    ``finishes``: whether the run is expected to exit 0 (False: a run left to fail)."""
     out = tmp_path / tag
     out.mkdir(exist_ok=True)
+    if restarts:
+        rendezvous = [f"--max-restarts={restarts}", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}"]
+    else:
+        rendezvous = ["--master_addr=127.0.0.1", f"--master_port={free_port()}"]
     cmd = [
         sys.executable,
         "-m",
         "torch.distributed.run",
         f"--nproc_per_node={world}",
         "--nnodes=1",
-        "--master_addr=127.0.0.1",
-        f"--master_port={free_port()}",
+        *rendezvous,
         worker,
         "--out",
         str(out),
         *args,
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT, PYTHONFAULTHANDLER="1")
+    if restarts:
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, env=env, cwd=ROOT)
     except subprocess.TimeoutExpired:
         pytest.fail(f"distributed run hung for {TIMEOUT_S} s: {' '.join(args)}")
-    assert done.returncode == 0, done.stderr[-4000:]
+    assert (done.returncode == 0) == finishes, done.stderr[-4000:]
     return out
 
 

@@ -45,14 +45,19 @@ def make_loader(n=40):
     return EpochSiftingDataloader({"seed": 3, "kept_share": 0.5}, dl, num_epochs=4)
 
 
-def test_the_states_of_one_process_at_its_own_world_size_resume_exactly():
+def state_in_a_sifted_epoch():
+    """A loader's state two batches into its first sifted epoch."""
     loader = make_loader()
     for epoch in range(2):
         for n, (x, _y) in enumerate(loader):
             loader.weighted_loss(oracle_loss(x))
             if epoch == 1 and n == 1:
                 break
-    state = loader.state_dict()
+    return loader.state_dict()
+
+
+def test_the_states_of_one_process_at_its_own_world_size_resume_exactly():
+    state = state_in_a_sifted_epoch()
     rest_expected = [ids_of(x) for x, _ in _resume(state, loader_states=None)]
     assert [ids_of(x) for x, _ in _resume(state, loader_states=[state])] == rest_expected
 
@@ -89,13 +94,7 @@ def test_two_ranks_states_resume_in_one_process_with_nothing_lost_or_repeated():
     """States of a two-rank run, made from one process's state as two ranks at one step
     (every rank holds the same plan; each trained its own share): one process resumes
     the rest of both shares."""
-    loader = make_loader()
-    for epoch in range(2):
-        for n, (x, _y) in enumerate(loader):
-            loader.weighted_loss(oracle_loss(x))
-            if epoch == 1 and n == 1:
-                break
-    state = loader.state_dict()
+    state = state_in_a_sifted_epoch()
     plan = state["progress"]["plan"]
     # The same plan shared out to two ranks, each one batch in: rank r trained order[r::2][:4].
     two = []

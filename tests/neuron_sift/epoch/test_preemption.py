@@ -13,13 +13,11 @@ once; the ranks end with the same parameters.
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
+from tests.neuron_sift import torchrun
 from tests.neuron_sift.integrations.readme_examples import example
-from tests.neuron_sift.torchrun import ROOT, TIMEOUT_S, free_port
 
 WORKER = os.path.join(os.path.dirname(__file__), "preemption_worker.py")
 WORLD = 2
@@ -43,51 +41,16 @@ def recipe(tmp_path) -> str:
 
 
 def launch(tmp_path, mode: str, *args: str, world=WORLD, restarts=1, finishes=True, tag=None):
-    """torchrun with ``restarts`` restarts allowed; returns (per-rank log entries, per-rank
-    results: None for a run that is expected to fail, ``finishes=False``)."""
-    out = tmp_path / (tag or mode)
-    out.mkdir()
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc_per_node={world}",
-        "--nnodes=1",
-        f"--max-restarts={restarts}",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
-        WORKER,
-        "--mode",
-        mode,
-        "--recipe",
-        recipe(tmp_path),
-        "--out",
-        str(out),
-        "--every",
-        str(EVERY),
-        "--kill-after",
-        str(KILL_AFTER),
-        *args,
-    ]
-    # A store per attempt: a store shared across restarts hands the new ranks the dead ones'
-    # addresses (pytorch/pytorch#135712, #167288), so the restarted group can fail to connect.
-    env = dict(
-        os.environ,
-        OMP_NUM_THREADS="1",
-        PYTHONPATH=ROOT,
-        PYTHONFAULTHANDLER="1",
-        TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1",
+    """The worker under torchrun with ``restarts`` restarts allowed; returns (per-rank log
+    entries, per-rank results: None for a run expected to fail, ``finishes=False``)."""
+    worker_args = ["--mode", mode, "--recipe", recipe(tmp_path), "--every", str(EVERY), "--kill-after", str(KILL_AFTER)]
+    out = torchrun.launch(
+        WORKER, tmp_path, world, *worker_args, *args, tag=tag or mode, restarts=restarts, finishes=finishes
     )
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, env=env, cwd=ROOT)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"the preempted run hung for {TIMEOUT_S} s ({mode})")
-    assert (done.returncode == 0) == finishes, done.stderr[-4000:]
     logs = [[json.loads(line) for line in (out / f"log_rank{r}.jsonl").read_text().splitlines()] for r in range(world)]
     if not finishes:
         return logs, None
-    results = [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
-    return logs, results
+    return logs, [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
 
 
 def steps_of(log, attempt):
