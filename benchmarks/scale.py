@@ -18,7 +18,8 @@ memory is its own (simulated scores: lognormal float32, 1% unscored):
   equal share of the budget, the systematic sample and the weights: the per-rank work of a
   plan drawn shard by shard.
 
-Reported per row: planning time (median and range over ``--repeats`` processes), the peak
+Reported per row: planning time (``--clock``: the process's CPU time by default, one
+thread; median and range over ``--repeats`` processes), the peak
 resident memory the plan added over the table it starts from, bytes per sample (per owned
 sample for ``summary``), collective bytes per epoch, and planning as a share of an epoch's
 training time at ``--train-us`` microseconds of training per sample per rank (an assumption,
@@ -81,16 +82,22 @@ def one_exact(n: int, kept_share: float) -> dict[str, Any]:
     tables.load_scores(torch.from_numpy(scores_of(n, 1)))
     shares = RankShares(n, RankGroup(None, torch.device("cpu")))
     base = rss_bytes()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     plan = planner.plan(1, tables.snapshot())
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     tables.set_weights(plan.weights, 1)  # the loader's tables keep this epoch's weights and the last's
     previous = tables._previous[1] if tables._previous is not None else np.empty(0)
     # What the loader holds per sample between epochs: score table, weights (this epoch's and
     # the last's), the ranks' marks, and the plan in progress (order, weights, inclusion).
     held = tables._scores.nbytes + tables._weights.nbytes + previous.nbytes + shares.mine.nbytes
     held += shares.carried.nbytes + plan.order.nbytes + plan.weights.nbytes + plan.inclusion.nbytes
-    return {"seconds": seconds, "peak_added": peak_bytes() - base, "held": held, "kept": plan.kept}
+    return {
+        "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
+        "peak_added": peak_bytes() - base,
+        "held": held,
+        "kept": plan.kept,
+    }
 
 
 def one_summary(n: int, world: int, kept_share: float, knots: int) -> dict[str, Any]:
@@ -102,7 +109,7 @@ def one_summary(n: int, world: int, kept_share: float, knots: int) -> dict[str, 
     others = [summarize(scores_of(owned, 10 + r), knots) for r in range(1, world)]
     mine = scores_of(owned, 10)
     base = rss_bytes()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     summary = merge([summarize(mine, knots), *others])
     p = keep_priorities(mine, "percentile", summary=summary)
     k = int(round(kept_share * owned))
@@ -110,10 +117,11 @@ def one_summary(n: int, world: int, kept_share: float, knots: int) -> dict[str, 
     rng = np.random.default_rng(0)
     order = systematic_sample(pi, rng.permutation(owned).astype(np.int32), k, float(rng.random())).astype(np.int32)
     weights = (1.0 / np.maximum(pi, 1e-300)).astype(np.float32)
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     held = mine.nbytes + weights.nbytes + order.nbytes
     return {
         "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
         "peak_added": peak_bytes() - base,
         "held": held,
         "kept": int(order.shape[0]),
@@ -138,7 +146,7 @@ def measure(path: str, n: int, world: int, args: argparse.Namespace) -> dict[str
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=True)
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    seconds = [r["seconds"] for r in runs]
+    seconds = [r["cpu_seconds" if args.clock == "cpu" else "seconds"] for r in runs]
     owned = n if path == "exact" else n // world
     collective = 16 * n if (path == "exact" and world > 1) else ((args.knots + 2) * 16 * world if world > 1 else 0)
     train_s = owned * args.train_us * 1e-6  # one epoch's training on this rank: it trains its share
@@ -149,6 +157,7 @@ def measure(path: str, n: int, world: int, args: argparse.Namespace) -> dict[str
         "n": n,
         "ranks": world,
         "owned": owned,
+        "clock": args.clock,
         "seconds_median": median,
         "seconds_range": [min(seconds), max(seconds)],
         "peak_added_bytes": statistics.median(r["peak_added"] for r in runs),
@@ -178,6 +187,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kept-share", type=float, default=0.5)
     p.add_argument("--knots", type=int, default=4096, help="points per part's summary")
     p.add_argument("--train-us", type=float, default=100.0, help="assumed training time per sample per rank (us)")
+    p.add_argument(
+        "--clock",
+        choices=["cpu", "wall"],
+        default="cpu",
+        help="the process's CPU time (default: one thread, so it is what the wall-clock of an idle machine "
+        "would be; a shared machine stretches only the wall-clock) or the wall-clock",
+    )
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "scale.jsonl"))
     p.add_argument("--plot", default=None, help="PNG path (default: beside --out)")
     p.add_argument("--child", choices=["exact", "summary"], help=argparse.SUPPRESS)
@@ -202,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"plan/epoch {100 * r['plan_share_of_epoch']:.3f}%",
                 flush=True,
             )
-    print(f"\nassumed training time: {args.train_us} us per sample per rank")
+    print(f"\nclock: {args.clock}; assumed training time: {args.train_us} us per sample per rank")
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["path"], r["ranks"]), []).append(r)
