@@ -90,26 +90,30 @@ def test_states_that_are_not_every_rank_of_one_run_are_refused():
         make_loader().load_state_dict_from_ranks(two)
 
 
-def test_two_ranks_states_resume_in_one_process_with_nothing_lost_or_repeated():
-    """States of a two-rank run, made from one process's state as two ranks at one step
-    (every rank holds the same plan; each trained its own share): one process resumes
-    the rest of both shares."""
-    state = state_in_a_sifted_epoch()
+def as_two_ranks(state, position, in_progress=True):
+    """One process's state as the states of two ranks at one step: every rank holds the same
+    plan and trained its own share (rank r: order[r::2]) up to ``position`` batches."""
     plan = state["progress"]["plan"]
-    # The same plan shared out to two ranks, each one batch in: rank r trained order[r::2][:4].
     two = []
     for r in range(2):
         mine = torch.zeros(40, dtype=torch.bool)
         mine[plan["order"][r::2]] = True
-        progress = {**state["progress"], "position": 1}
         two.append(
             {
                 **state,
+                "in_progress": in_progress,
                 "planner": {**state["planner"], "world_size": 2, "rank": r},
-                "progress": progress,
+                "progress": {**state["progress"], "position": position, "in_progress": in_progress},
                 "shares": {"mine": mine, "carried": torch.zeros(40, dtype=torch.bool)},
             }
         )
+    return two
+
+
+def test_two_ranks_states_resume_in_one_process_with_nothing_lost_or_repeated():
+    state = state_in_a_sifted_epoch()
+    plan = state["progress"]["plan"]
+    two = as_two_ranks(state, position=1)  # each rank one batch in: rank r trained order[r::2][:4]
     one = make_loader()
     one.load_state_dict_from_ranks(two)
     done = set(plan["order"][0::2][:4].tolist()) | set(plan["order"][1::2][:4].tolist())
@@ -117,3 +121,14 @@ def test_two_ranks_states_resume_in_one_process_with_nothing_lost_or_repeated():
     assert len(rest) == len(set(rest)) and not done & set(rest)
     assert sorted(done | set(rest)) == sorted(plan["order"].tolist())
     assert one.state_dict()["pairing"]["losses_recorded"] == 2 * state["pairing"]["losses_recorded"]  # summed on rank 0
+
+
+def test_states_taken_after_an_epoch_ended_resume_into_the_next_epoch_planned_for_the_new_ranks():
+    state = state_in_a_sifted_epoch()
+    two = as_two_ranks(state, position=3, in_progress=False)  # each rank all 3 of its batches, the iteration over
+    one = make_loader()
+    one.load_state_dict_from_ranks(two)
+    assert not one.resuming
+    ids = [i for x, _ in one for i in ids_of(x)]
+    assert one.plan.epoch == 2 and one.plan.done is None  # the next epoch, planned afresh at world size 1
+    assert sorted(ids) == sorted(one.plan.order.tolist()) and len(ids) == 20  # kept_share 0.5 of 40
