@@ -10,13 +10,13 @@ memory is its own (simulated scores: lognormal float32, 1% unscored):
   rank runs it. Under data parallelism each rank also holds the whole table and joins one
   all-reduce of a ``[4, N]`` float32 tensor per epoch (``epoch/shares.merge_over_ranks``):
   ``16 N`` bytes.
-* ``summary``: one rank's share of ``N / W`` scores under a sharded table (not yet the
-  loader's path): ``quantiles.summarize`` of its part, the merge of all ``W`` parts'
-  summaries (the others generated here; over gloo it is one all-gather of
-  ``(knots + 2) * 16`` bytes per rank, tested in tests/neuron_sift/epoch/test_quantiles.py),
-  every owned sample's keep priority from the merged summary, the water-filling to its
-  equal share of the budget, the systematic sample and the weights: the per-rank work of a
-  plan drawn shard by shard.
+* ``summary``: each rank's share of ``N / W`` scores under a sharded table (not yet the
+  loader's path), run as ``W`` gloo processes under torchrun (one process for ``W = 1``):
+  ``quantiles.summarize_over_ranks`` (its part summarised, one all-gather of
+  ``(knots + 2) * 16`` bytes per rank, the summaries merged), every owned sample's keep
+  priority from the merged summary, the water-filling to its equal share of the budget,
+  the systematic sample and the weights: the per-rank work of a plan drawn shard by shard.
+  The slowest rank's time is reported (the ranks meet at the next collective).
 
 Reported per row: planning time (``--clock``: the process's CPU time by default, one
 thread; median and range over ``--repeats`` processes), the peak
@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import resource
+import socket
 import statistics
 import subprocess
 import sys
@@ -56,6 +57,12 @@ def scores_of(n: int, seed: int) -> np.ndarray:
     s = rng.lognormal(size=n).astype(np.float32)
     s[rng.random(n) < 0.01] = np.nan
     return s
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def rss_bytes() -> int:
@@ -100,55 +107,93 @@ def one_exact(n: int, kept_share: float) -> dict[str, Any]:
     }
 
 
-def one_summary(n: int, world: int, kept_share: float, knots: int) -> dict[str, Any]:
+def one_summary(n: int, world: int, kept_share: float, knots: int) -> dict[str, Any] | None:
+    """One rank's planning of its ``n // world`` samples; with ``world > 1`` this process is
+    one of ``world`` gloo ranks under torchrun and the summaries cross for real (one
+    all-gather). Rank 0 returns the slowest rank's row (the ranks wait for each other at the
+    next collective), the others None."""
+    import torch
+    import torch.distributed as dist
+
     from neuron_sift.epoch.planner import systematic_sample
     from neuron_sift.epoch.policy import keep_priorities, scale_to_count
-    from neuron_sift.epoch.quantiles import merge, summarize
+    from neuron_sift.epoch.quantiles import summarize_over_ranks
+    from neuron_sift.shared.ranks import RankGroup
 
+    torch.set_num_threads(1)
+    if world > 1:
+        dist.init_process_group("gloo")
+    ranks = RankGroup(None, torch.device("cpu"))
+    gathered: list[int] = []
+    if ranks.active:
+        original = ranks.all_gather_rows
+
+        def counted(t: torch.Tensor) -> torch.Tensor:
+            out = original(t)
+            gathered.append(out.numel() * out.element_size())
+            return out
+
+        ranks.all_gather_rows = counted  # type: ignore[method-assign]
     owned = n // world
-    others = [summarize(scores_of(owned, 10 + r), knots) for r in range(1, world)]
-    mine = scores_of(owned, 10)
+    mine = scores_of(owned, 10 + ranks.rank)
     base = rss_bytes()
     start, cpu = time.perf_counter(), time.process_time()
-    summary = merge([summarize(mine, knots), *others])
+    summary = summarize_over_ranks(mine, ranks, knots)
     p = keep_priorities(mine, "percentile", summary=summary)
     k = int(round(kept_share * owned))
     pi = scale_to_count(p, float(k), np.isnan(mine))
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(ranks.rank)
     order = systematic_sample(pi, rng.permutation(owned).astype(np.int32), k, float(rng.random())).astype(np.int32)
     weights = (1.0 / np.maximum(pi, 1e-300)).astype(np.float32)
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
-    held = mine.nbytes + weights.nbytes + order.nbytes
-    return {
+    row = {
         "seconds": seconds,
         "cpu_seconds": cpu_seconds,
         "peak_added": peak_bytes() - base,
-        "held": held,
+        "held": mine.nbytes + weights.nbytes + order.nbytes,
         "kept": int(order.shape[0]),
         "rank_error": summary.rank_error,
+        "collective": sum(gathered),
     }
+    if not ranks.active:
+        return row
+    rows: list[Any] = [None] * world
+    dist.all_gather_object(rows, row)
+    dist.destroy_process_group()
+    if ranks.rank != 0:
+        return None
+    slowest = max(rows, key=lambda r: r["cpu_seconds"])
+    return {**slowest, "peak_added": max(r["peak_added"] for r in rows)}
 
 
 def run_child(args: argparse.Namespace) -> int:
+    row: dict[str, Any] | None
     if args.path == "exact":
         row = one_exact(args.child_n, args.kept_share)
     else:
         row = one_summary(args.child_n, args.child_world, args.kept_share, args.knots)
-    print(json.dumps(row))
+    if row is not None:
+        print(json.dumps(row))
     return 0
 
 
 def measure(path: str, n: int, world: int, args: argparse.Namespace) -> dict[str, Any]:
     runs = []
     for _ in range(args.repeats):
-        cmd = [sys.executable, __file__, "--child", path, "--child-n", str(n), "--child-world", str(world)]
+        cmd = [sys.executable, __file__]
+        if path == "summary" and world > 1:  # real gloo ranks
+            cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={world}", "--nnodes=1"]
+            cmd += ["--master_addr=127.0.0.1", f"--master_port={free_port()}", __file__]
+        cmd += ["--child", path, "--child-n", str(n), "--child-world", str(world)]
         cmd += ["--kept-share", str(args.kept_share), "--knots", str(args.knots)]
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=True)
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     seconds = [r["cpu_seconds" if args.clock == "cpu" else "seconds"] for r in runs]
     owned = n if path == "exact" else n // world
-    collective = 16 * n if (path == "exact" and world > 1) else ((args.knots + 2) * 16 * world if world > 1 else 0)
+    # The exact path's merge is one all-reduce of a [4, N] float32 tensor (under data
+    # parallelism); the summary path's all-gather is counted where it ran.
+    collective = 16 * n if (path == "exact" and world > 1) else runs[0].get("collective", 0)
     train_s = owned * args.train_us * 1e-6  # one epoch's training on this rank: it trains its share
     per_rank_trained = n // world
     median = statistics.median(seconds)
