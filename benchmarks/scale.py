@@ -124,16 +124,6 @@ def one_summary(n: int, world: int, kept_share: float, knots: int) -> dict[str, 
     if world > 1:
         dist.init_process_group("gloo")
     ranks = RankGroup(None, torch.device("cpu"))
-    gathered: list[int] = []
-    if ranks.active:
-        original = ranks.all_gather_rows
-
-        def counted(t: torch.Tensor) -> torch.Tensor:
-            out = original(t)
-            gathered.append(out.numel() * out.element_size())
-            return out
-
-        ranks.all_gather_rows = counted  # type: ignore[method-assign]
     owned = n // world
     mine = scores_of(owned, 10 + ranks.rank)
     base = rss_bytes()
@@ -153,7 +143,7 @@ def one_summary(n: int, world: int, kept_share: float, knots: int) -> dict[str, 
         "held": mine.nbytes + weights.nbytes + order.nbytes,
         "kept": int(order.shape[0]),
         "rank_error": summary.rank_error,
-        "collective": sum(gathered),
+        "collective": ranks.received_bytes,
     }
     if not ranks.active:
         return row

@@ -14,7 +14,11 @@ import torch.distributed as dist
 
 
 class RankGroup:
-    """The process group sifting coordinates over, or a no-op for a single process."""
+    """The process group sifting coordinates over, or a no-op for a single process.
+
+    ``received_bytes``: what the collectives delivered to this rank so far (an integer kept
+    on the host from the tensors' shapes, no device read), so a run can state what its
+    coordination costs (the benchmarks report it)."""
 
     def __init__(self, enabled: bool | None, device: torch.device):
         active = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
@@ -24,6 +28,7 @@ class RankGroup:
         self.rank = dist.get_rank() if self.active else 0
         self.world_size = dist.get_world_size() if self.active else 1
         self.device = self._collective_device(device) if self.active else torch.device("cpu")
+        self.received_bytes = 0
 
     @staticmethod
     def _collective_device(device: torch.device) -> torch.device:
@@ -39,6 +44,7 @@ class RankGroup:
             return value
         t = torch.tensor([value], dtype=torch.int64, device=self.device)
         dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        self.received_bytes += 8
         return int(t.cpu()[0])
 
     def sum(self, t: torch.Tensor) -> torch.Tensor:
@@ -47,6 +53,7 @@ class RankGroup:
             return t
         buf = t.to(self.device)
         dist.all_reduce(buf)
+        self.received_bytes += buf.numel() * buf.element_size()
         return buf.to(t.device)
 
     def all_gather_rows(self, t: torch.Tensor) -> torch.Tensor:
@@ -56,4 +63,5 @@ class RankGroup:
         src = t.to(self.device)
         parts = [torch.empty_like(src) for _ in range(self.world_size)]
         dist.all_gather(parts, src)
+        self.received_bytes += self.world_size * src.numel() * src.element_size()
         return torch.cat(parts).to(t.device)

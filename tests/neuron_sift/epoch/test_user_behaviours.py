@@ -293,6 +293,7 @@ def ddp_loaders(monkeypatch, world, cfg, n=50, batch=4, epochs=6):
     class Ranks(RankGroup):
         def __init__(self, enabled, device):
             self.active, self.rank, self.world_size, self.device = True, w.local.rank, world, torch.device("cpu")
+            self.received_bytes = 0
 
     monkeypatch.setattr(torch.distributed, "all_reduce", w.all_reduce)
     monkeypatch.setattr(torch.distributed, "all_gather", w.all_gather)

@@ -31,6 +31,7 @@ def main() -> None:
         "sum_dtype": str(summed.dtype),
         "gathered": gathered.tolist(),
         "disabled": [off.active, off.rank, off.world_size, off.min_int(7)],
+        "received_bytes": [group.received_bytes, off.received_bytes],
     }
     with open(os.path.join(args.out, f"rank{r}.json"), "w") as f:
         json.dump(out, f)

@@ -20,6 +20,7 @@ def test_without_a_process_group_it_is_rank_0_of_1_and_every_collective_is_the_i
     t = torch.tensor([[1.5, 2.0]])
     assert group.sum(t) is t
     assert group.all_gather_rows(t) is t
+    assert group.received_bytes == 0  # nothing crossed
 
 
 def test_asking_for_distributed_without_a_process_group_is_refused():
@@ -52,3 +53,4 @@ def test_two_gloo_ranks(tmp_path):
         assert r["sum_dtype"] == "torch.int64"
         assert r["gathered"] == [[0.0, 0.0], [1.0, 10.0]]  # rank order
         assert r["disabled"] == [False, 0, 1, 7]  # distributed=False: rank 0 of 1, no collective
+        assert r["received_bytes"] == [4 * 8 + 2 * 2 * 4 + 8, 0]  # the sum's int64s, the gather's rows, the min
