@@ -7,7 +7,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, SubsetRandomSampler
 
 from neuron_sift import EpochSiftingDataloader
 from neuron_sift.epoch.dealing import deal_rest
@@ -40,14 +40,23 @@ def test_batches_of_one_with_unequal_shares_are_refused():
     assert deal_rest(np.arange(0), 3, 1, 4) == []
 
 
-def make_loader(n=40):
-    dl = DataLoader(IdDataset(n), batch_size=4, shuffle=True)
+SPLIT = list(range(0, 40, 2))  # a training split: the even ids
+
+
+def make_loader(kind="shuffle", n=40):
+    """``shuffle``: every sample; ``subset``: a SubsetRandomSampler over ``SPLIT``;
+    ``drop_last``: without the short last batch (each of two ranks' shares of the budget's
+    20 loses 2, one process's none: the layout decides what is trained)."""
+    if kind == "subset":
+        dl = DataLoader(IdDataset(n), batch_size=4, sampler=SubsetRandomSampler(SPLIT))
+    else:
+        dl = DataLoader(IdDataset(n), batch_size=4, shuffle=True, drop_last=kind == "drop_last")
     return EpochSiftingDataloader({"seed": 3, "kept_share": 0.5}, dl, num_epochs=4)
 
 
-def state_in_a_sifted_epoch():
+def state_in_a_sifted_epoch(kind="shuffle"):
     """A loader's state two batches into its first sifted epoch."""
-    loader = make_loader()
+    loader = make_loader(kind)
     for epoch in range(2):
         for n, (x, _y) in enumerate(loader):
             loader.weighted_loss(oracle_loss(x))
@@ -132,3 +141,37 @@ def test_states_taken_after_an_epoch_ended_resume_into_the_next_epoch_planned_fo
     ids = [i for x, _ in one for i in ids_of(x)]
     assert one.plan.epoch == 2 and one.plan.done is None  # the next epoch, planned afresh at world size 1
     assert sorted(ids) == sorted(one.plan.order.tolist()) and len(ids) == 20  # kept_share 0.5 of 40
+
+
+@pytest.mark.parametrize("kind", ["subset", "drop_last"])
+def test_a_sampler_and_drop_last_are_kept_when_two_ranks_resume_in_one_process(kind):
+    """What the two ranks would have trained of the plan (each rank's share cut into its
+    batches: with ``drop_last`` each rank's short tail is out) is what the two ranks before
+    and the one process after train together; with a subset sampler nothing outside it."""
+    state = state_in_a_sifted_epoch(kind)
+    order = state["progress"]["plan"]["order"]
+    b = 4
+    shares = [order[r::2].tolist() for r in range(2)]
+    trainable = [share[: (len(share) // b) * b] if kind == "drop_last" else share for share in shares]
+    done = [i for share in trainable for i in share[:b]]  # one batch each
+    one = make_loader(kind)
+    one.load_state_dict_from_ranks(as_two_ranks(state, position=1))
+    rest = [i for x, _ in one for i in ids_of(x)]
+    assert len(rest) == len(set(rest)) and not set(done) & set(rest)
+    assert sorted(done + rest) == sorted(i for share in trainable for i in share)
+    if kind == "subset":
+        assert set(rest) <= set(SPLIT)
+    else:
+        assert sum(len(s) for s in trainable) < len(order)  # the tails were left out, as planned
+
+
+def test_states_taken_after_an_epochs_last_batch_resume_into_an_empty_rest_then_the_next_epoch():
+    """A loop that saves every k steps can save after an epoch's last batch, before its
+    iteration ended: the resumed loop's first iteration is that epoch's empty rest."""
+    state = state_in_a_sifted_epoch()
+    one = make_loader()
+    one.load_state_dict_from_ranks(as_two_ranks(state, position=3))  # each rank's 3 batches trained
+    assert one.resuming and len(one) == 0
+    assert list(one) == []
+    ids = [i for x, _ in one for i in ids_of(x)]
+    assert one.plan.epoch == 2 and len(ids) == 20
