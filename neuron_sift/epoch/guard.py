@@ -8,6 +8,7 @@ samples whose streak reached ``noise_guard_epochs`` (warm-up and annealing epoch
 train on them); see ``EpochSiftConfig``.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -15,30 +16,46 @@ import torch
 from neuron_sift.sift_config.epoch_config import EpochSiftConfig
 
 
-class NoiseGuard:
-    """Per-sample streaks of epochs trained at or above the quantile."""
+def quantile_of_table(scores: torch.Tensor, q: float) -> float | None:
+    """The ``q`` quantile of the recorded ``scores`` (None: none recorded): the whole table's."""
+    seen = scores[~torch.isnan(scores)]
+    if not seen.numel():
+        return None
+    return float(torch.quantile(seen.to(torch.float64), q).to(torch.float32))
 
-    def __init__(self, config: EpochSiftConfig, n: int) -> None:
+
+class NoiseGuard:
+    """Per-sample streaks of epochs trained at or above the quantile, one per table entry
+    (``n``; a sharded table's are its slots). ``quantile``: the ``q`` quantile of all scores
+    from this table (under a sharded table, of every rank's: ``ShardedPlanner.score_quantile``).
+    The streaks take memory only while the guard is on."""
+
+    def __init__(
+        self,
+        config: EpochSiftConfig,
+        n: int,
+        quantile: Callable[[torch.Tensor, float], float | None] = quantile_of_table,
+    ) -> None:
         self.config = config
         self.n = n
-        self.streak = torch.zeros(n, dtype=torch.int32)
+        self.quantile = quantile
+        self.streak = torch.zeros(n if self.enabled else 0, dtype=torch.int32)
 
     @property
     def enabled(self) -> bool:
         return self.config.noise_guard_epochs > 0
 
     def update(self, scores: torch.Tensor, trained: torch.Tensor | None) -> None:
-        """Extend or reset the streaks of the samples ``trained`` in the last epoch (ids, or
-        None before any epoch) from the merged ``scores`` that epoch left."""
+        """Extend or reset the streaks of the samples ``trained`` in the last epoch (table
+        entries, or None before any epoch) from the merged ``scores`` that epoch left."""
         if not self.enabled or trained is None:
             return
-        seen = ~torch.isnan(scores)
-        if not bool(seen.any()):
+        threshold = self.quantile(scores, self.config.noise_guard_quantile)
+        if threshold is None:
             return
         was_trained = torch.zeros(self.n, dtype=torch.bool)
         was_trained[trained] = True
-        was_trained &= seen
-        threshold = torch.quantile(scores[seen].to(torch.float64), self.config.noise_guard_quantile).to(torch.float32)
+        was_trained &= ~torch.isnan(scores)
         high = scores >= threshold
         bumped = torch.where(high, self.streak + 1, torch.zeros_like(self.streak))
         self.streak = torch.where(was_trained, bumped, self.streak)
@@ -53,4 +70,7 @@ class NoiseGuard:
         return {"streak": self.streak.clone()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.streak = state["streak"].clone()
+        streak = state["streak"]
+        if self.enabled and streak.numel() == 0:  # a state of a run with the guard off: no streaks yet
+            streak = torch.zeros(self.n, dtype=torch.int32)
+        self.streak = streak.clone() if self.enabled else torch.zeros(0, dtype=torch.int32)

@@ -36,13 +36,14 @@ class EpochHistory(Sequence[dict[str, Any]]):
     """One entry per planned epoch (the sequence itself), and the host seconds of each of
     sifting's phases (``timings``: ``planning`` and ``weighted_loss``).
 
-    ``n``: the samples plans draw from (kept shares are of these); ``trained_ids``: the ids of
-    a plan that some rank trains (``EpochPlanner.trained_ids``; None: all of the plan's).
+    ``n``: the samples plans draw from (kept shares are of these); ``trained``: how many
+    samples of a plan the ranks train, and the weights of those this rank trains
+    (``EpochPlanner.trained_weights``; None: all of the plan's, which holds every rank's).
     """
 
-    def __init__(self, n: int, trained_ids: Callable[[EpochPlan], torch.Tensor] | None = None) -> None:
+    def __init__(self, n: int, trained: Callable[[EpochPlan], tuple[int, torch.Tensor]] | None = None) -> None:
         self.n = n
-        self.trained_ids = trained_ids
+        self.trained = trained
         self.entries: list[dict[str, Any]] = []
         self.timings = PhaseTimings(logger, log_each=False)
 
@@ -61,9 +62,9 @@ class EpochHistory(Sequence[dict[str, Any]]):
 
     def planned(self, plan: EpochPlan, batches: int, seconds: float) -> None:
         self.timings.record("planning", seconds)
-        trained = self.trained_ids(plan) if self.trained_ids is not None else plan.order
-        kept = int(trained.shape[0])
-        kept_w = plan.weights[trained] if kept else torch.ones(1)
+        kept, kept_w = self.trained(plan) if self.trained is not None else (plan.kept, plan.weights[plan.order])
+        if not kept_w.numel():
+            kept_w = torch.ones(1)
         entry = {
             "epoch": plan.epoch,
             "kind": plan.kind,

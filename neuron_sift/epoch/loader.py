@@ -36,6 +36,7 @@ from neuron_sift.epoch.progress import EpochProgress
 from neuron_sift.epoch.report import epoch_report
 from neuron_sift.epoch.reshard import reshard
 from neuron_sift.epoch.sampling import check_same_on_every_rank, read_sampling
+from neuron_sift.epoch.sharded import OwnedShares, ShardedPlanner
 from neuron_sift.epoch.shares import RankShares
 from neuron_sift.epoch.source import PlannedBatchSampler, inspect_source, rebuild
 from neuron_sift.epoch.tables import ScoreTables
@@ -113,7 +114,8 @@ class EpochSiftingDataloader:
         seed = self.sift_config.seed
         if seed is None:
             seed = self._info.generator_seed if self._info.generator_seed is not None else torch.initial_seed()
-        self.planner = EpochPlanner(
+        sharded = self.sift_config.score_table == "sharded"
+        settings = (
             self.sift_config,
             self.n,
             self._info.batch_size,
@@ -125,15 +127,16 @@ class EpochSiftingDataloader:
             self.sampling.support,
             self.sampling.ordered,
         )
-        self.tables = ScoreTables(self.n)
+        self.planner = ShardedPlanner(*settings, ranks=self.ranks) if sharded else EpochPlanner(*settings)
+        self.tables = ScoreTables(self.planner.table_size)
         self.backend: Backend | None = None
         if dev is not None:
             self._place(dev)
         self.pairing = PairingQueue(lookahead)
-        self.shares = RankShares(self.n, self.ranks)
-        self.guard = NoiseGuard(self.sift_config, self.n)
+        self.shares = OwnedShares() if sharded else RankShares(self.n, self.ranks)
+        self.guard = NoiseGuard(self.sift_config, self.planner.table_size, self.planner.score_quantile)
         # The record of epochs, read as the list of its entries; kept shares are of the samples plans draw from.
-        self.history = EpochHistory(self.planner.m, self.planner.trained_ids)
+        self.history = EpochHistory(self.planner.m, self.planner.trained_weights)
         self._sampler = PlannedBatchSampler()
         self._loader = rebuild(orig_dataloader, self._info, self._sampler)
         self.opener = EpochOpener(self.planner, self.tables, self.shares, self.guard, self.history)
@@ -282,7 +285,8 @@ class EpochSiftingDataloader:
                 f"weighted_loss got losses on {device} but the score tables live on {self.tables.device}"
             )
         taken = self.pairing.take(per_sample, per_sample.shape[0], partial)
-        out = self.tables.weighted_mean(taken.ids, per_sample, taken.epoch, taken.batch_size)
+        slots = self.planner.slots(taken.ids)  # the ids themselves, or this rank's slots of a sharded table
+        out = self.tables.weighted_mean(slots, per_sample, taken.epoch, taken.batch_size)
         if taken.epoch != self.progress.current_epoch:  # a batch carried from the previous epoch
             self.shares.carried_over(taken.ids)
         self.progress.recorded(taken.epoch, taken.done)
@@ -344,6 +348,8 @@ class EpochSiftingDataloader:
         self.pairing.check_state(state["pairing"])
         self.planner.load_state_dict(state["planner"])  # refuses another setup before any change
         self.progress.load_state_dict(state["progress"])
+        self.planner.host_guests(self.progress.plan)  # a sharded table of a resumed epoch hosts other ranks' samples
+        self.tables.resize(self.planner.table_size)
         self.tables.load_state_dict(state["tables"])
         self.opener.restore(self.progress.plan, self.progress.current_epoch)
         self.shares.load_state_dict(state["shares"])

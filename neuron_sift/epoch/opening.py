@@ -17,6 +17,7 @@ import torch
 from neuron_sift.epoch.guard import NoiseGuard
 from neuron_sift.epoch.history import EpochHistory
 from neuron_sift.epoch.planner import EpochPlan, EpochPlanner
+from neuron_sift.epoch.sharded import OwnedShares
 from neuron_sift.epoch.shares import RankShares
 from neuron_sift.epoch.tables import ScoreTables
 from neuron_sift.shared.logs import EPOCH_LOGGER
@@ -31,7 +32,7 @@ class EpochOpener:
         self,
         planner: EpochPlanner,
         tables: ScoreTables,
-        shares: RankShares,
+        shares: RankShares | OwnedShares,
         guard: NoiseGuard,
         history: EpochHistory,
     ) -> None:
@@ -46,6 +47,8 @@ class EpochOpener:
         epoch that just ended (its trained samples update the guard)."""
         start = time.perf_counter()
         planner = self.planner
+        if previous is not None and previous.done is not None:  # resumed at another world size: the same on every rank
+            planner.hand_over(self.tables)
         if planner.num_epochs is not None and epoch == planner.num_epochs:
             logger.warning(
                 "EpochSiftingDataloader: epoch %d (0-based) is past num_epochs=%d; it trains on all data",
@@ -56,9 +59,9 @@ class EpochOpener:
             scores = self.shares.merge(self.tables.snapshot())
             if self.shares.active:
                 self.tables.load_scores(scores)
-            self.guard.update(scores, planner.trained_ids(previous) if previous is not None else None)
+            self.guard.update(scores, planner.trained_slots(previous) if previous is not None else None)
         else:
-            scores = torch.full((planner.n,), float("nan"))
+            scores = torch.full((planner.table_size,), float("nan"))
         plan = planner.plan(epoch, scores, self.guard.excluded())
         self.tables.set_weights(plan.weights, epoch)
         batches = planner.rank_batches_of(plan)

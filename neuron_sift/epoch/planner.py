@@ -18,12 +18,8 @@ scores among themselves, and its ids map back to dataset ids. Samples outside th
 get inclusion 0 and weight 1: they are never loaded. With ``ordered`` (a sequential
 sampler), each epoch's kept samples train in dataset order.
 
-A sifted epoch draws its kept set by systematic sampling over a seeded random order:
-with inclusion probabilities ``pi`` summing to an integer ``k``, the points ``u, u+1,
-..., u+k-1`` (``u`` uniform in [0, 1)) fall into the cumulative sums of ``pi`` in that
-order; the samples hit are kept. Each sample is kept with probability exactly ``pi_i``
-(its interval has length ``pi_i <= 1``) and exactly ``k`` are kept, so the weights
-``1 / pi`` are exact and the length is known. The kept samples train in the random order.
+A sifted epoch draws its kept set by systematic sampling (``draws.py``) over a seeded random
+order: exactly ``k`` kept, each with probability exactly ``pi_i``; they train in that order.
 """
 
 import math
@@ -34,21 +30,11 @@ import numpy as np
 import torch
 
 from neuron_sift.epoch.dealing import deal_rest
+from neuron_sift.epoch.draws import epoch_seed, systematic_sample
+from neuron_sift.epoch.guard import quantile_of_table
 from neuron_sift.epoch.policy import keep_priorities, loss_weights, scale_to_count
 from neuron_sift.epoch.sampling import support_checksum
-from neuron_sift.shared.logs import seed63
 from neuron_sift.sift_config.epoch_config import EpochSiftConfig
-
-
-def _epoch_seed(seed: int, epoch: int) -> int:
-    """A 63-bit seed per (seed, epoch): splitmix64 of both."""
-    x = (seed * 0x9E3779B97F4A7C15 + (epoch + 1) * 0xBF58476D1CE4E5B9) & ((1 << 64) - 1)
-    x ^= x >> 30
-    x = (x * 0xBF58476D1CE4E5B9) & ((1 << 64) - 1)
-    x ^= x >> 27
-    x = (x * 0x94D049BB133111EB) & ((1 << 64) - 1)
-    x ^= x >> 31
-    return seed63(x)
 
 
 @dataclass
@@ -57,6 +43,10 @@ class EpochPlan:
     (length a multiple of the world size); ``weights``: ``[N]`` float32 loss weight of each
     sample (``1 / pi`` for sifted epochs, 1 otherwise); ``inclusion``: ``[N]`` float32
     ``pi`` (1 in full epochs).
+
+    Under a sharded score table (``sharded.py``) a plan is one rank's: ``order`` holds only
+    this rank's kept ids, ``weights`` is indexed by this rank's slots (``ownership.py``) and
+    ``inclusion`` is None (the weights are ``1 / pi``; one array less per owned sample).
 
     A plan resumed at another world size (``epoch/reshard.py``) also names the world size
     ``order`` was shared out for (``world_size``) and the ids some rank trained before the
@@ -67,7 +57,7 @@ class EpochPlan:
     kind: str
     order: torch.Tensor
     weights: torch.Tensor
-    inclusion: torch.Tensor
+    inclusion: torch.Tensor | None
     excluded: int = 0  # samples left out by the noise guard
     world_size: int | None = None
     done: torch.Tensor | None = None
@@ -85,9 +75,10 @@ class EpochPlan:
             "kind": self.kind,
             "order": self.order.clone(),
             "weights": self.weights.clone(),
-            "inclusion": self.inclusion.clone(),
             "excluded": self.excluded,
         }
+        if self.inclusion is not None:
+            state["inclusion"] = self.inclusion.clone()
         if self.done is not None:
             state["world_size"] = self.world_size
             state["done"] = self.done.clone()
@@ -96,12 +87,13 @@ class EpochPlan:
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "EpochPlan":
         done = state.get("done")
+        inclusion = state.get("inclusion")
         return cls(
             int(state["epoch"]),
             str(state["kind"]),
             state["order"].clone(),
             state["weights"].clone(),
-            state["inclusion"].clone(),
+            None if inclusion is None else inclusion.clone(),
             int(state["excluded"]),
             None if done is None else int(state["world_size"]),
             None if done is None else done.clone(),
@@ -258,6 +250,36 @@ class EpochPlanner:
             per_rank = (per_rank // self.batch_size) * self.batch_size
         return plan.order[: per_rank * world]
 
+    # -- what the tables see ---------------------------------------------------------------
+
+    @property
+    def table_size(self) -> int:
+        """Entries of this rank's score, weight and streak tables: one per dataset id."""
+        return self.n
+
+    def slots(self, ids: np.ndarray) -> np.ndarray:
+        """Where the scores of ``ids`` live in this rank's tables: at the ids themselves."""
+        return ids
+
+    def host_guests(self, plan: EpochPlan | None) -> None:
+        """Samples another rank owns, trained here: a replicated table holds every sample."""
+
+    def hand_over(self, tables: Any) -> None:
+        """Scores hosted for other ranks go to their owners: a replicated table hosts none."""
+
+    def score_quantile(self, scores: torch.Tensor, q: float) -> float | None:
+        """The ``q`` quantile of every recorded score (the noise guard's threshold): this table's."""
+        return quantile_of_table(scores, q)
+
+    def trained_slots(self, plan: EpochPlan) -> torch.Tensor:
+        """The table entries of ``plan``'s trained samples (the noise guard's streaks move there)."""
+        return self.trained_ids(plan)
+
+    def trained_weights(self, plan: EpochPlan) -> tuple[int, torch.Tensor]:
+        """How many samples the ranks train of ``plan``, and their loss weights (the history's entry)."""
+        trained = self.trained_ids(plan)
+        return int(trained.shape[0]), plan.weights[trained]
+
     # -- checkpoints -----------------------------------------------------------------------
 
     def settings(self) -> dict[str, Any]:
@@ -273,6 +295,8 @@ class EpochPlanner:
             "policy": self.config.policy,
             "kept_share": self.config.kept_share,
         }
+        if self.config.score_table != "replicated":  # named only when sharded: replicated states keep their layout
+            settings["score_table"] = self.config.score_table
         if self.support is not None:
             settings["support_size"] = self.m
             settings["support_crc32"] = self.support_crc32
@@ -285,8 +309,14 @@ class EpochPlanner:
     def check_state(self, state: dict[str, Any]) -> None:
         """Refuse a state of another setup before anything is loaded (a state without a
         support was taken over all samples)."""
+        theirs_table, mine_table = state.get("score_table", "replicated"), self.config.score_table
+        if theirs_table != mine_table:
+            raise ValueError(
+                f"checkpoint was taken with score_table={theirs_table!r} but this loader has {mine_table!r}: "
+                "resume with the checkpoint's score_table (the two tables hold different things)"
+            )
         for key, mine in self.settings().items():
-            if key not in ("support_size", "support_crc32") and state[key] != mine:
+            if key not in ("support_size", "support_crc32", "score_table") and state[key] != mine:
                 raise ValueError(f"checkpoint has {key}={state[key]!r} but this loader has {mine!r}")
         theirs = (state.get("support_size", state["n"]), state.get("support_crc32"))
         mine = (self.m, self.support_crc32)
@@ -332,7 +362,7 @@ class EpochPlanner:
     def plan(self, epoch: int, scores: torch.Tensor, excluded: torch.Tensor | None = None) -> EpochPlan:
         """The plan of epoch ``epoch`` (0-based) from ``scores`` (``[N]`` CPU, NaN = unscored)
         and the guard's ``excluded`` samples (``[N]`` bool, or None)."""
-        rng = np.random.Generator(np.random.PCG64(_epoch_seed(self.seed, epoch)))
+        rng = np.random.Generator(np.random.PCG64(epoch_seed(self.seed, epoch)))
         perm = rng.permutation(self.m)  # positions in the support
         kind = self.kind(epoch)
         values = self._local(scores.detach().cpu().to(torch.float32).numpy())
@@ -374,17 +404,3 @@ class EpochPlanner:
         b = self.batch_size
         n = (len(mine) // b) * b if self.drop_last else len(mine)
         return [mine[i : min(i + b, n)] for i in range(0, n, b)]
-
-
-def systematic_sample(pi: np.ndarray, perm: np.ndarray, k: int, u: float) -> np.ndarray:
-    """Ids kept by systematic sampling: exactly ``k`` (``sum(pi)`` must be ``k``), each with
-    probability ``pi_i``, in the order of ``perm``."""
-    edges = np.cumsum(pi[perm])
-    total = float(edges[-1]) if edges.size else 0.0
-    if abs(total - k) > 1e-6 * max(1.0, k):
-        raise AssertionError(f"internal error: inclusion probabilities sum to {total}, not {k}")
-    if total > 0:
-        edges *= k / total  # exact sum k against rounding
-    points = u + np.arange(k, dtype=np.float64)
-    hit = np.minimum(np.searchsorted(edges, points, side="right"), perm.shape[0] - 1)
-    return perm[hit].astype(np.int64)

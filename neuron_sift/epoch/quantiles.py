@@ -116,6 +116,17 @@ def percentiles(summary: ScoreSummary, scores: np.ndarray) -> np.ndarray:
     return out
 
 
+def quantile_value(summary: ScoreSummary, q: float) -> float | None:
+    """A score whose share of summarised scores at or below it is at least ``q`` and whose
+    share strictly below it is at most ``q`` (the lower ``q`` quantile), within
+    ``summary.rank_error``; None when nothing is summarised."""
+    if summary.count == 0:
+        return None
+    cum = np.cumsum(summary.weights)
+    at = int(np.searchsorted(cum, q * summary.count, side="left"))
+    return float(summary.values[min(at, summary.values.shape[0] - 1)])
+
+
 def _pack(summary: ScoreSummary, knots: int) -> torch.Tensor:
     """``[knots + 2, 2]`` float64: (count, total), (uncertain, 0), then the knots padded with
     (+inf, 0): the same shape on every rank, whatever it holds."""

@@ -27,6 +27,8 @@ import torch
 
 from neuron_sift.epoch.checkpoint import FORMAT
 from neuron_sift.epoch.planner import EpochPlan, EpochPlanner
+from neuron_sift.epoch.reowning import reown
+from neuron_sift.epoch.sharded import ShardedPlanner
 from neuron_sift.epoch.shares import combine, contribution
 
 _RUN_SETTINGS = ("seed", "n", "batch_size", "policy", "kept_share", "support_size", "support_crc32")
@@ -50,7 +52,11 @@ def _check_run(states: list[dict[str, Any]]) -> None:
         if s["progress"]["epochs_started"] != first["progress"]["epochs_started"]:
             raise ValueError("the states were taken in different epochs: take every rank's at the same step")
         a, b = s["progress"]["plan"], first["progress"]["plan"]
-        if (a is None) != (b is None) or (a is not None and not torch.equal(a["order"], b["order"])):
+        if a is not None and b is not None and "score_table" in first["planner"]:  # sharded: each rank its own plan
+            same = a["epoch"] == b["epoch"] and a["kind"] == b["kind"]
+        else:
+            same = a is None and b is None or (a is not None and b is not None and torch.equal(a["order"], b["order"]))
+        if not same:
             raise ValueError("the states hold different plans: they are of different runs or epochs")
 
 
@@ -75,6 +81,9 @@ def reshard(states: Sequence[dict[str, Any]], planner: EpochPlanner) -> dict[str
         raise ValueError("resuming at another world size needs the state of every rank of the run; got none")
     read.sort(key=lambda s: int(s["planner"]["rank"]))
     _check_run(read)
+    planner.check_state({**read[0]["planner"], "world_size": planner.world_size, "rank": planner.rank})
+    if isinstance(planner, ShardedPlanner):
+        return reown(read, planner)
     first, w_new = read[0], planner.world_size
     mine = torch.zeros(planner.n, dtype=torch.bool)
     summed = sum(contribution(s["tables"]["scores"], s["shares"]["mine"], s["shares"]["carried"]) for s in read)

@@ -95,7 +95,11 @@ class ScoreTables:
     ) -> torch.Tensor:
         part = batch_size is not None and batch_size != ids.shape[0]
         host_w, dev_w = self._weights, self._dev_weights
-        if epoch is not None and epoch != self.epoch and self._previous is not None and self._previous[0] == epoch:
+        if epoch == self.epoch:
+            # Losses arrive in yield order: once a batch of this epoch has them, no batch of the
+            # epoch before can still come, so its weights (a table's worth) are let go.
+            self._previous = None
+        elif epoch is not None and epoch != self.epoch and self._previous is not None and self._previous[0] == epoch:
             host_w, dev_w = self._previous[1], self._previous[2]
         dev_scores, dev_nonfinite = self._dev_scores, self._dev_nonfinite
         if dev_scores is not None and dev_nonfinite is not None:
@@ -164,12 +168,28 @@ class ScoreTables:
             full = torch.from_numpy(self._scores)
             self._dev_scores = full.to(self.device)
 
+    def resize(self, n: int) -> None:
+        """``n`` entries from now on, all unscored with unit weights (the caller loads what
+        they hold): a sharded table grows by the samples it hosts for an epoch resumed at
+        another world size and shrinks back when their scores go to their owners."""
+        self.flush()
+        if n == self.n:
+            return
+        self.n = n
+        self._scores = np.full(n + 1, np.nan, dtype=np.float32)
+        self._weights = np.ones(n, dtype=np.float32)
+        self._uniform = True
+        self._previous = None
+        if self.on_device:
+            self._dev_scores = torch.from_numpy(self._scores).to(self.device)
+            self._dev_weights = torch.from_numpy(self._weights).to(self.device)
+
     def set_weights(self, weights: torch.Tensor, epoch: int) -> None:
         """The loss weight of every sample for the coming ``epoch`` (0-based; one upload on a
         device); the previous epoch's stay available for its carried batches."""
         self._previous = (self.epoch, self._weights, self._dev_weights)
         self.epoch = epoch
-        self._weights = weights.detach().to(torch.float32).cpu().numpy().copy()
+        self._weights = weights.detach().to(torch.float32).cpu().numpy()  # the plan's own: never written here
         self._uniform = bool((self._weights == 1.0).all())
         if self.on_device:
             self._dev_weights = torch.from_numpy(self._weights).to(self.device)

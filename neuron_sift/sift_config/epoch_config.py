@@ -13,6 +13,7 @@ from typing import Any
 from neuron_sift.shared.validation import check_int, check_real, coerce, fail, from_mapping
 
 EPOCH_POLICIES = ("percentile", "below_mean")
+SCORE_TABLES = ("replicated", "sharded")
 
 _OWNER = "EpochSiftConfig"
 
@@ -67,6 +68,15 @@ class EpochSiftConfig:
     train on it). This deliberately changes the objective (those samples no longer count)
     and is not unbiased for them; see the docs' How sifting works (Label noise: the guard).
 
+    ``score_table`` (default ``"replicated"``): where the scores live under data parallelism.
+    ``"replicated"``: every rank holds all ``N`` scores and the whole plan, the ranks merge
+    their tables once per epoch and plan exactly (one sort of all scores). ``"sharded"``: rank
+    ``r`` of ``W`` owns the samples at positions ``r, r + W, ...`` of the sampler's samples,
+    holds only their scores, trains only them, and plans its own equal share of each epoch
+    from a merged summary of every rank's scores (``neuron_sift/epoch/sharded.py``: memory
+    ``O(N / W)`` per rank, collectives independent of ``N``, percentiles within the summary's
+    stated rank error). For datasets too large to hold one float per sample on every rank.
+
     Raises:
         SiftConfigValidationException: a field is missing, unknown (in a dict), of the
             wrong type or out of range; the message names the key.
@@ -83,10 +93,13 @@ class EpochSiftConfig:
     seed: int | None = None
     noise_guard_epochs: int = 0
     noise_guard_quantile: float = 0.8
+    score_table: str = "replicated"
 
     def __post_init__(self) -> None:
         if not isinstance(self.policy, str) or self.policy not in EPOCH_POLICIES:
             fail(_OWNER, "policy", f"expected one of {EPOCH_POLICIES}, got {self.policy!r}")
+        if not isinstance(self.score_table, str) or self.score_table not in SCORE_TABLES:
+            fail(_OWNER, "score_table", f"expected one of {SCORE_TABLES}, got {self.score_table!r}")
         self.beta_value = _check_real("beta_value", self.beta_value, 0.0, math.inf, low_open=True, high_open=True)
         self.min_keep_probability = _check_real(
             "min_keep_probability", self.min_keep_probability, 0.0, 1.0, low_open=True

@@ -2,9 +2,11 @@
 epoch at one world size (``--phase save``) and resumed from every rank's checkpoint at
 another (``--phase load``, ``EpochSiftingDataloader.load_state_dict_from_ranks``).
 
-Writes ``{phase}_rank{r}.json``: the ids trained per epoch, steps per epoch, and each
-epoch's plan (its order) as the loader holds it; the saving phase stops right after its
-checkpoint, as a preempted job would."""
+Writes ``{phase}_rank{r}.json``: the ids trained per epoch, steps per epoch, each epoch's
+plan (its order) as the loader holds it (under a sharded table: this rank's), the last loss
+recorded for each id up to the checkpoint's epoch, with its epoch, the scores this rank holds when the epoch after the
+checkpoint's starts (by id), and the largest tensor of its checkpoint; the saving phase
+stops right after its checkpoint, as a preempted job would."""
 
 import argparse
 import json
@@ -24,11 +26,23 @@ SAMPLES, BATCH, EPOCHS = 403, 8, 4  # warm-up, two sifted epochs, one annealing 
 SAVE_IN_EPOCH, SAVE_AFTER = 1, 3  # the checkpoint: 3 batches into the first sifted epoch
 
 
+def tensors(part: dict) -> list[torch.Tensor]:
+    """Every tensor in a checkpoint part, nested dicts included."""
+    out = []
+    for value in part.values():
+        if isinstance(value, torch.Tensor):
+            out.append(value)
+        elif isinstance(value, dict):
+            out += tensors(value)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
     p.add_argument("--phase", choices=["save", "load"], required=True)
     p.add_argument("--saved-world", type=int, default=0, help="ranks of the run whose checkpoints are loaded")
+    p.add_argument("--score-table", choices=["replicated", "sharded"], default="replicated")
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -39,7 +53,8 @@ def main() -> None:
     data = TensorDataset(torch.arange(SAMPLES), x, y)
     net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
     dl = DataLoader(data, batch_size=BATCH, shuffle=True)
-    loader = EpochSiftingDataloader({"seed": 7, "kept_share": 0.5, "anneal_fraction": 0.25}, dl, num_epochs=EPOCHS)
+    config = {"seed": 7, "kept_share": 0.5, "anneal_fraction": 0.25, "score_table": args.score_table}
+    loader = EpochSiftingDataloader(config, dl, num_epochs=EPOCHS)
     ckpt = os.path.join(args.out, "..", "ckpt")
     os.makedirs(ckpt, exist_ok=True)
     if args.phase == "load":
@@ -53,26 +68,49 @@ def main() -> None:
     ids: dict[int, list[int]] = defaultdict(list)
     steps: dict[int, int] = defaultdict(int)
     plans: dict[int, list[int]] = {}
+    last_loss: dict[int, tuple[int, float]] = {}
+    held: dict[int, float] = {}
+    largest = 0
     saved = False
     while (loader.epoch < EPOCHS or loader.resuming) and not saved:
         for batch_ids, xb, yb in loader:
             e = loader.plan.epoch  # 0-based
             plans[e] = loader.plan.order.tolist()
-            loss = loader.weighted_loss(F.cross_entropy(model(xb), yb, reduction="none"))
+            if e == SAVE_IN_EPOCH + 1 and not held:  # the scores every later plan starts from, by id
+                table = loader.tables.snapshot()
+                owned = loader.planner.owner.ids() if args.score_table == "sharded" else range(SAMPLES)
+                held = {int(i): float(table[slot]) for slot, i in enumerate(owned)}
+            per_sample = F.cross_entropy(model(xb), yb, reduction="none")
+            if e <= SAVE_IN_EPOCH:  # the losses the scores held at the next epoch's start come from
+                last_loss.update({int(i): (e, float(v)) for i, v in zip(batch_ids, per_sample.detach())})
+            loss = loader.weighted_loss(per_sample)
             opt.zero_grad()
             loss.backward()
             opt.step()
             ids[e] += batch_ids.tolist()
             steps[e] += 1
             if args.phase == "save" and e == SAVE_IN_EPOCH and steps[e] == SAVE_AFTER:
-                torch.save(loader.state_dict(), os.path.join(ckpt, f"loader_rank{rank}.pt"))
+                state = loader.state_dict()
+                largest = max(t.numel() for part in state.values() if isinstance(part, dict) for t in tensors(part))
+                torch.save(state, os.path.join(ckpt, f"loader_rank{rank}.pt"))
                 if rank == 0:
                     torch.save(net.state_dict(), os.path.join(ckpt, "model.pt"))
                 saved = True
                 break
     params = torch.cat([q.detach().flatten() for q in model.parameters()]).tolist()
     with open(os.path.join(args.out, f"{args.phase}_rank{rank}.json"), "w") as f:
-        json.dump({"ids": ids, "steps": steps, "plans": plans, "params": params}, f)
+        json.dump(
+            {
+                "ids": ids,
+                "steps": steps,
+                "plans": plans,
+                "params": params,
+                "last_loss": last_loss,
+                "held": held,
+                "largest_tensor": largest,
+            },
+            f,
+        )
     dist.barrier()
     del model
     release_process_group()
