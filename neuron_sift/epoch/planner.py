@@ -309,15 +309,10 @@ class EpochPlanner:
     def check_state(self, state: dict[str, Any]) -> None:
         """Refuse a state of another setup before anything is loaded (a state without a
         support was taken over all samples)."""
-        theirs_table, mine_table = state.get("score_table", "replicated"), self.config.score_table
-        if theirs_table != mine_table:
-            raise ValueError(
-                f"checkpoint was taken with score_table={theirs_table!r} but this loader has {mine_table!r}: "
-                "resume with the checkpoint's score_table (the two tables hold different things)"
-            )
-        for key, mine in self.settings().items():
-            if key not in ("support_size", "support_crc32", "score_table") and state[key] != mine:
-                raise ValueError(f"checkpoint has {key}={state[key]!r} but this loader has {mine!r}")
+        for key, mine in {**self.settings(), "score_table": self.config.score_table}.items():
+            theirs = state.get(key, "replicated") if key == "score_table" else state.get(key)
+            if key not in ("support_size", "support_crc32") and theirs != mine:
+                raise ValueError(f"checkpoint has {key}={theirs!r} but this loader has {mine!r}")
         theirs = (state.get("support_size", state["n"]), state.get("support_crc32"))
         mine = (self.m, self.support_crc32)
         if theirs != mine:

@@ -95,7 +95,7 @@ def training(args) -> dict:
         cfg = sift_config(args.selection, 128)
         loader = SiftingDataloader(sift_config=cfg, orig_dataloader=source, loss_impl=CELoss(), model=model)
     elif args.mode == "epoch":
-        epoch_cfg = {"seed": 0, "anneal_fraction": 0.2}
+        epoch_cfg = {"seed": 0, "anneal_fraction": 0.2, "score_table": args.score_table}
         if args.budget is not None:
             epoch_cfg["kept_share"] = args.budget
         loader = EpochSiftingDataloader(epoch_cfg, source, num_epochs=args.epochs)
@@ -163,6 +163,7 @@ def main() -> None:
     p.add_argument("--mode", choices=["per-batch", "epoch", "plain", "shapes"], required=True)
     p.add_argument("--selection", choices=["fixed", "probabilistic"], default="fixed", help="per-batch mode")
     p.add_argument("--budget", type=float, default=None, help="epoch mode: the config's kept_share")
+    p.add_argument("--score-table", choices=["replicated", "sharded"], default="replicated", help="epoch mode")
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--samples", type=int, default=1000)
     p.add_argument("--batch-size", type=int, default=64)

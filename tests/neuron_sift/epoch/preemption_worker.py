@@ -129,6 +129,7 @@ def main() -> None:
     p.add_argument("--kill-after", type=int, default=3, help="... this many steps after a checkpoint")
     p.add_argument("--kill-in-save", action="store_true", help="rank 1 dies while saving, after rank 0 saved")
     p.add_argument("--ckpts", default=None, help="the checkpoint folder (default: OUT/ckpts)")
+    p.add_argument("--score-table", choices=["replicated", "sharded"], default="replicated")
     args = p.parse_args()
 
     recipe: dict[str, Any] = {"__name__": "recipe"}
@@ -153,7 +154,7 @@ def main() -> None:
 
     if args.mode == "epoch":
         source = DataLoader(data, batch_size=args.batch_size, shuffle=True)
-        cfg = {"seed": 7, "kept_share": 0.5, "anneal_fraction": 0.25}
+        cfg = {"seed": 7, "kept_share": 0.5, "anneal_fraction": 0.25, "score_table": args.score_table}
         inner = EpochSiftingDataloader(cfg, source, num_epochs=args.epochs)
         loader = Watched(inner, args, rank, attempt, resumed_from, lambda: inner.epoch - 1)  # the epoch in progress
         last = recipe["train_epoch_sifting"](

@@ -1,4 +1,4 @@
-"""Epoch-level sifting on torch-xla's CPU device: device-resident tables, no recompilation
+"""Epoch-level sifting on torch-xla's CPU device (either score table): device-resident tables, no recompilation
 after the second epoch (short last batches included), one host read per sifted epoch, no
 aten fallbacks, exact resume. Counts from ``torch_xla.debug.metrics`` in a fresh process."""
 
@@ -34,11 +34,12 @@ def probes():
         "dataloader": probe("--mode", "epoch"),
         "mp": probe("--mode", "epoch", "--source", "mp"),
         "budget": probe("--mode", "epoch", "--budget", "0.37"),
+        "sharded": probe("--mode", "epoch", "--score-table", "sharded"),
     }
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("run", ["dataloader", "mp", "budget"])
+@pytest.mark.parametrize("run", ["dataloader", "mp", "budget", "sharded"])
 def test_graph_count_is_flat_after_the_second_epoch(probes, run):
     """1000 samples, batch 64: full epochs end with a short batch of 40; 5 epochs (warm-up,
     3 sifted, 1 annealing); the budget run's sifted epochs end with a short batch of 50."""
@@ -52,7 +53,7 @@ def test_graph_count_is_flat_after_the_second_epoch(probes, run):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("run", ["dataloader", "mp", "budget"])
+@pytest.mark.parametrize("run", ["dataloader", "mp", "budget", "sharded"])
 def test_one_host_read_per_sifted_epoch_and_none_per_step(probes, run):
     reads = [e["reads"] for e in probes[run]["epochs"]]
     assert reads == [0, 1, 2, 3, 3], reads  # warm-up and annealing plan without scores
@@ -65,6 +66,7 @@ def test_graphs_added_to_the_training_loop(probes):
     plain = probes["plain"]["epochs"][-1]["compiles"]
     assert probes["dataloader"]["epochs"][-1]["compiles"] - plain == 1
     assert probes["budget"]["epochs"][-1]["compiles"] - plain == 2
+    assert probes["sharded"]["epochs"][-1]["compiles"] - plain == 1  # slots instead of ids: the same graphs
 
 
 def xla_loader(cfg):

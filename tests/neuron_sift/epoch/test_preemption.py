@@ -8,7 +8,9 @@ fault. Both loaders.
 What a user relies on: the run finishes (no hang, exit 0); what is retrained after the
 restart is exactly the part after the checkpoint (the same ids, in the same order), and
 nothing before it; the final accounting of every epoch is the epoch's plan, each sample
-once; the ranks end with the same parameters.
+once; the ranks end with the same parameters. The epoch loader's cases run with either
+score table (under a sharded one each rank's plan is its own share: an epoch's plan is
+their union, and each rank's is the same in both attempts).
 """
 
 import json
@@ -61,6 +63,30 @@ def steps_of(log, attempt):
     return {e["step"]: e for e in entries}
 
 
+def epoch_plans(*jobs, table="replicated"):
+    """{epoch: sorted ids of its plan over all ranks}, checking that each rank logged the same
+    plan in every attempt (and, under a replicated table, every rank the same one); each job's
+    plan of an epoch over its ranks, the same in every job that logged that epoch."""
+    plans: dict[int, list[int]] = {}
+    for logs in jobs:
+        per_rank: dict[int, dict[int, list[int]]] = {}
+        for r, log in enumerate(logs):
+            for e in log:
+                if "plan" in e:
+                    mine = per_rank.setdefault(e["plan"], {})
+                    assert mine.setdefault(r, e["order"]) == e["order"], (r, e["plan"])  # the same after the restart
+        for epoch, orders in per_rank.items():
+            if table == "replicated":
+                assert all(o == orders[0] for o in orders.values()), epoch
+                whole = sorted(orders[0])
+            elif orders[0] == orders.get(1) and len(orders) > 1:  # a plan resumed at another world size: every rank's
+                whole = sorted(orders[0])
+            else:
+                whole = sorted(i for o in orders.values() for i in o)
+            assert plans.setdefault(epoch, whole) == whole, epoch
+    return plans
+
+
 def check_restart(logs, results, gap=KILL_AFTER):
     """The checks both loaders share; returns each rank's final accounting (the first
     attempt up to the checkpoint, then the second attempt) and the checkpoint's step. ``gap``:
@@ -90,24 +116,21 @@ def check_restart(logs, results, gap=KILL_AFTER):
 
 
 @pytest.mark.slow
-def test_epoch_sifting_survives_a_killed_rank(tmp_path):
+@pytest.mark.parametrize("table", ["replicated", "sharded"])
+def test_epoch_sifting_survives_a_killed_rank(tmp_path, table):
     """320 samples, batches of 8 on 2 ranks, 4 epochs: warm-up (20 steps), two sifted epochs
     keeping half (10 steps each), annealing (20 steps); rank 1 dies at step 27, 3 steps
     after the checkpoint of step 24, in the first sifted epoch."""
-    logs, results = launch(tmp_path, "epoch", "--epochs", "4", "--kill-epoch", "1")
+    logs, results = launch(tmp_path, "epoch", "--epochs", "4", "--kill-epoch", "1", "--score-table", table)
     final, ckpt, killed = check_restart(logs, results)
     assert [e for e in logs[1] if e.get("step") == killed["killed"]][0]["kind"] == "sift"
     assert results[0]["last_step"] == 60
-    plans = {}  # epoch -> the order of its plan; the same on every rank and in both attempts
-    for log in logs:
-        for e in log:
-            if "plan" in e:
-                assert plans.setdefault(e["plan"], e["order"]) == e["order"], e["plan"]
+    plans = epoch_plans(logs, table=table)
     assert [len(plans[e]) for e in range(4)] == [320, 160, 160, 320]
     for epoch in range(4):
         trained = [i for rank in final for e in rank if e["epoch"] == epoch for i in e["ids"]]
         assert len(trained) == len(set(trained)), f"epoch {epoch}: a sample trained twice"
-        assert sorted(trained) == sorted(plans[epoch]), f"epoch {epoch}: trained != plan"
+        assert sorted(trained) == plans[epoch], f"epoch {epoch}: trained != plan"
 
 
 @pytest.mark.slow
@@ -126,22 +149,20 @@ def test_per_batch_sifting_survives_a_rank_killed_while_saving(tmp_path):
 
 
 @pytest.mark.slow
-def test_epoch_sifting_resumes_a_killed_run_at_another_world_size(tmp_path):
+@pytest.mark.parametrize("table", ["replicated", "sharded"])
+def test_epoch_sifting_resumes_a_killed_run_at_another_world_size(tmp_path, table):
     """The same kill with no restart allowed (the job fails, as when its nodes are gone),
     then a new job of 3 ranks on the same checkpoints: the recipe's ``load_checkpoint``
     finds the 2-rank checkpoint of step 24 and resumes from it at 3 ranks. The interrupted
     epoch trains exactly its plan, each sample once (the 2 ranks' steps up to the checkpoint,
     then the 3 ranks' rest); later epochs are planned for 3 ranks; the 3 ranks stay in step."""
-    two, _ = launch(tmp_path, "epoch", "--epochs", "4", "--kill-epoch", "1", restarts=0, finishes=False, tag="two")
+    common = ["--epochs", "4", "--score-table", table]
+    two, _ = launch(tmp_path, "epoch", *common, "--kill-epoch", "1", restarts=0, finishes=False, tag="two")
     ckpts = str(tmp_path / "two" / "ckpts")
-    three, results = launch(tmp_path, "epoch", "--epochs", "4", "--kill-epoch", "99", "--ckpts", ckpts, world=3)
+    three, results = launch(tmp_path, "epoch", *common, "--kill-epoch", "99", "--ckpts", ckpts, world=3)
     assert all(r["resumed_from"] == 24 for r in results)
     assert all(r["params"] == results[0]["params"] for r in results)
-    plans = {}
-    for log in two + three:
-        for e in log:
-            if "plan" in e:
-                assert plans.setdefault(e["plan"], e["order"]) == e["order"], e["plan"]
+    plans = epoch_plans(two, three, table=table)
     before = [e for log in two for e in log if "ids" in e and e["step"] <= 24]
     after = [e for log in three for e in log if "ids" in e]
     assert min(e["step"] for e in after) == 25  # nothing before the checkpoint again
