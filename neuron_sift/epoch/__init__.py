@@ -5,9 +5,14 @@ Thin parts, one job each:
 - ``policy``: scores -> keep probabilities -> inclusion probabilities -> loss weights (the
   pure functions the planner runs on the host);
 - ``quantiles``: percentiles of all scores from mergeable per-part summaries, within a
-  stated rank error (the sharded table's percentile; not yet the loader's path);
+  stated rank error (the sharded table's percentiles);
+- ``draws``: a seed per epoch, systematic sampling;
 - ``planner``: which samples each epoch trains on, in what order, on which rank, and every
   count derived from that (``len()``, ``planned_steps()``);
+- ``sharded``, ``ownership``: the planner of a sharded score table (each rank plans the
+  samples it owns) and the map from a rank's samples to its tables' slots;
+- ``reshard``, ``reowning``, ``dealing``: every rank's state made into this rank's at
+  another world size (replicated, then sharded tables), the rest of an epoch dealt out;
 - ``opening``: the one point per epoch where scores reach the host, merge and become a plan;
 - ``progress``: the per-epoch iterator, the epoch's position and look-ahead;
 - ``tables``: the score and weight tables, where the backend keeps state;
@@ -26,12 +31,14 @@ from neuron_sift.epoch.loader import EpochSiftingDataloader
 from neuron_sift.epoch.planner import EpochPlan, EpochPlanner
 from neuron_sift.epoch.policy import keep_priorities, loss_weights, percentile_of_all, scale_to_count
 from neuron_sift.epoch.quantiles import ScoreSummary, merge, percentiles, summarize, summarize_over_ranks
+from neuron_sift.epoch.sharded import ShardedPlanner
 
 __all__ = [
     "EpochPlan",
     "EpochPlanner",
     "EpochSiftingDataloader",
     "ScoreSummary",
+    "ShardedPlanner",
     "keep_priorities",
     "loss_weights",
     "merge",

@@ -85,24 +85,40 @@ def test_epoch_machinery_runs_at_a_tiny_size(tmp_path, capsys):
 
 def test_scale_runs_at_tiny_sizes(tmp_path, capsys):
     """Both paths, two sizes, one and two ranks: a row each, the held bytes per owned sample
-    as the docstring states them, the summary's collective independent of N."""
+    as the docstring states them, the sharded path's collectives independent of N; then the
+    rows refitted and replotted from the file alone."""
     module = fresh("scale.py")
     out = tmp_path / "scale.jsonl"
     args = ["--n", "2000", "20000", "--ranks", "1", "2", "--repeats", "1", "--knots", "64", "--out", str(out)]
     assert module.main(args) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["path"], r["n"], r["ranks"]) for r in rows] == [
-        (path, n, w) for n in (2000, 20000) for path, w in (("exact", 1), ("summary", 1), ("summary", 2))
+        (path, n, w) for n in (2000, 20000) for path, w in (("exact", 1), ("sharded", 1), ("sharded", 2))
     ]
     exact = [r for r in rows if r["path"] == "exact"]
-    summary = [r for r in rows if r["path"] == "summary"]
-    # The loader's tables (scores, two epochs' weights), the ranks' marks, the plan (int64 order of half)
-    assert all(r["held_bytes_per_owned"] == pytest.approx(26.0, abs=0.01) for r in exact)
-    assert all(r["held_bytes_per_owned"] == 10.0 for r in summary)  # scores, weights, int32 order of half
-    assert {r["collective_bytes"] for r in summary if r["ranks"] == 2} == {(64 + 2) * 16 * 2}
+    sharded = [r for r in rows if r["path"] == "sharded"]
+    # Replicated: the score table, this epoch's weights (the plan's own array) and the last's,
+    # the ranks' two bool marks, the plan's inclusion and int64 order of half; the last
+    # epoch's weights go once the new epoch records.
+    assert all(r["held_bytes_per_owned"] == pytest.approx(22.0, abs=0.01) for r in exact)
+    assert all(r["held_steady_bytes_per_owned"] == pytest.approx(18.0, abs=0.01) for r in exact)
+    # Sharded: the score table, the plan's weights (the tables' own), the last epoch's, the
+    # int32 order of half; no inclusion.
+    assert all(r["held_bytes_per_owned"] == pytest.approx(14.0, abs=0.01) for r in sharded)
+    assert all(r["held_steady_bytes_per_owned"] == pytest.approx(10.0, abs=0.01) for r in sharded)
+    assert [r["owned"] for r in sharded] == [2000, 1000, 20000, 10000]
+    # The summary gather of every rank's (knots + 2) rows of two float64, then 16 + 8 bytes of scalars.
+    assert {r["collective_bytes"] for r in sharded if r["ranks"] == 2} == {(64 + 2) * 16 * 2 + 16 + 8}
+    assert all(0 < r["rank_error"] < 1 / 64 for r in sharded)  # the bound quantiles.py states
     assert all(r["kept"] == r["owned"] // 2 for r in rows)
     assert (tmp_path / "scale.png").exists()
     assert "projected at N=1e9" in capsys.readouterr().out
+
+    replot = tmp_path / "again.png"
+    assert module.main(["--plot-only", str(out), "--plot", str(replot)]) == 0
+    assert replot.exists()
+    printed = capsys.readouterr().out
+    assert printed.count("projected at N=1e9") == 3 and printed.count("N=     20,000") == 3
 
 
 @pytest.mark.slow

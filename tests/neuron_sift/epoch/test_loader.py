@@ -327,34 +327,37 @@ def test_training_reaches_the_model_and_metrics_report():
     assert m["machinery_seconds"] > 0
 
 
-def test_a_stream_prefetching_across_epochs_keeps_pairs_and_weights():
+@pytest.mark.parametrize("table", ["replicated", "sharded"])
+def test_a_stream_prefetching_across_epochs_keeps_pairs_and_weights(table):
     """ExactLengthLoader (the Trainer integration's stream) with a look-ahead of 3 batches, as the Trainer's
     gradient accumulation pulls them: batches of the previous epoch paired after the next
     epoch was planned get their own epoch's weights. (The losses change from epoch to epoch,
     so each epoch's keep probabilities, and weights, are its own.)"""
     from neuron_sift.integrations.schedules import ExactLengthLoader
 
-    ds, loader = make(n=100, batch=8, epochs=5, cfg={"kept_share": 0.5})
+    ds, loader = make(n=100, batch=8, epochs=5, cfg={"kept_share": 0.5, "score_table": table})
     stream = ExactLengthLoader(loader, loader.planned_steps() // 3)
+    slots = loader.planner.slots  # the ids themselves, or the sharded table's slots (one rank: all samples)
     latest, checked, carried = {}, 0, 0
     for _ in range(3):
         it = iter(stream)
         while True:
             # each batch with the epoch it was yielded in and that epoch's weights (1 / keep probability)
-            group = [(b, loader.epoch, 1 / loader.plan.inclusion) for _, b in zip(range(3), it)]
+            group = [(b, loader.epoch, loader.plan.weights) for _, b in zip(range(3), it)]
             if not group:
                 break
             for (x, _y), epoch, weights in group:
                 ids = torch.tensor(ids_of(x))
                 losses = oracle(ids + 7 * epoch)
                 out = loader.weighted_loss(losses)
-                assert out.item() == pytest.approx(float((weights[ids] * losses).mean()), rel=1e-6)
+                assert out.item() == pytest.approx(float((weights[slots(ids.numpy())] * losses).mean()), rel=1e-6)
                 carried += epoch != loader.epoch
                 latest.update(zip(ids.tolist(), losses.tolist()))
                 checked += 1
     assert carried > 0  # some batches got their losses after the next epoch was planned
     ids = torch.tensor(sorted(latest))
-    assert torch.equal(loader.tables.snapshot()[ids], torch.tensor([latest[i] for i in ids.tolist()]))
+    held = loader.tables.snapshot()[slots(ids.numpy())]
+    assert torch.equal(held, torch.tensor([latest[i] for i in ids.tolist()]))
     assert loader.metrics()["unpaired_batches"] == 0
     assert checked == 3 * len(stream)
 

@@ -5,7 +5,7 @@ state holds nothing larger than the rank's share. (Several ranks: ``test_elastic
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, SubsetRandomSampler
+from torch.utils.data import DataLoader, SequentialSampler, SubsetRandomSampler
 
 from neuron_sift import EpochSiftingDataloader
 from tests.neuron_sift.epoch.helpers import IdDataset, ids_of, oracle, oracle_loss
@@ -106,3 +106,19 @@ def test_the_state_holds_one_entry_per_owned_sample_at_most():
     assert all(t.numel() <= loader.planner.table_size for t in tensors)
     assert "inclusion" not in state["progress"]["plan"]
     assert state["guard"]["streak"].numel() == 0  # the guard is off: no streaks held
+
+
+def test_a_sequential_sampler_keeps_dataset_order_and_drop_last_trains_full_batches():
+    ds = IdDataset(N)
+    dl = DataLoader(ds, batch_size=BATCH, sampler=SequentialSampler(ds), drop_last=True)
+    loader = EpochSiftingDataloader({"seed": 3, "kept_share": 0.5, "score_table": "sharded"}, dl, num_epochs=EPOCHS)
+    sizes = []
+    for _ in range(EPOCHS):
+        ids = []
+        for x, _y in loader:
+            ids += ids_of(x)
+            sizes.append(x.shape[0])
+            loader.weighted_loss(oracle_loss(x))
+        assert ids == sorted(ids)
+        assert loader.history[-1]["kept"] == len(ids) == (loader.plan.kept // BATCH) * BATCH
+    assert set(sizes) == {BATCH}

@@ -15,7 +15,7 @@ from tests.neuron_sift.integrations.trainer_harness import scenarios
 @pytest.mark.slow
 def test_hugging_face_trainer_scenarios():
     out = scenarios("epoch", "cpu")
-    for name in ("classification", "causal_lm"):
+    for name in ("classification", "causal_lm", "classification_sharded"):
         r = out[name]
         assert r["scores_recorded"] == 96 and r["unpaired"] == 0
         assert r["kinds"] == ["warmup", "sift", "sift", "anneal"] and r["kept"] == [96, 48, 48, 96]
@@ -25,6 +25,7 @@ def test_hugging_face_trainer_scenarios():
         # accelerate's DataLoaderShard is rebuilt around the plan's DataLoader, not dropped
         assert r["source"] == r["rebuilt"] == "DataLoaderShard.base_dataloader -> DataLoader"
     assert out["classification"]["global_step"] == 36  # the Trainer ran exactly the planned steps
+    assert out["classification_sharded"]["global_step"] == 36  # the same schedule from a sharded table
     assert out["causal_lm"]["global_step"] == 4 * 5  # 9 batches per Trainer epoch, accumulation 2
 
 

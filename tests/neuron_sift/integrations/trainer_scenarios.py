@@ -147,7 +147,7 @@ def sifting_xla(out):
 # -- epoch-level sifting (enable_epoch_sifting) ---------------------------------------------
 
 
-def epoch_run(model, data, out, epochs=4, accumulate=1, share=0.5):
+def epoch_run(model, data, out, epochs=4, accumulate=1, share=0.5, table="replicated"):
     trainer = make_trainer(
         out,
         model=model,
@@ -158,7 +158,7 @@ def epoch_run(model, data, out, epochs=4, accumulate=1, share=0.5):
         lr_scheduler_type="linear",
         seed=42,
     )
-    enable_epoch_sifting(trainer, {**EPOCH_CONFIG, "kept_share": share})
+    enable_epoch_sifting(trainer, {**EPOCH_CONFIG, "kept_share": share, "score_table": table})
     result = trainer.train()
     r = observe_epoch(trainer)
     lrs = [h["learning_rate"] for h in trainer.state.log_history if "learning_rate" in h]
@@ -172,6 +172,7 @@ def epoch_cpu(out):
     return {
         "classification": epoch_run(classifier, ToyTextDataset(), out),
         "causal_lm": epoch_run(lm, ToyTextDataset(lm=True), out, accumulate=2),
+        "classification_sharded": epoch_run(bert(), ToyTextDataset(), out, table="sharded"),
     }
 
 
