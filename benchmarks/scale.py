@@ -1,33 +1,39 @@
 #!/usr/bin/env python
 """How does an epoch's planning grow with the dataset? Time, peak memory and collective bytes
-per epoch against N, for the exact planner and for percentiles from mergeable summaries.
+per epoch against N, for the replicated score table and for the sharded one.
 
 Two paths, each measured in a fresh process per (path, N, ranks) so that its peak resident
-memory is its own (simulated scores: lognormal float32, 1% unscored):
+memory is its own (simulated scores: lognormal float32, 1% unscored; percentile policy,
+``--kept-share`` budget, epoch 1 of 10: a sifted epoch):
 
-* ``exact``: what ``EpochSiftingDataloader`` runs today, one ``EpochPlanner.plan`` of a
-  sifted epoch (percentile policy; ``--kept-share`` budget) over all ``N`` scores, as every
-  rank runs it. Under data parallelism each rank also holds the whole table and joins one
-  all-reduce of a ``[4, N]`` float32 tensor per epoch (``epoch/shares.merge_over_ranks``):
-  ``16 N`` bytes.
-* ``summary``: each rank's share of ``N / W`` scores under a sharded table (not yet the
-  loader's path), run as ``W`` gloo processes under torchrun (one process for ``W = 1``):
-  ``quantiles.summarize_over_ranks`` (its part summarised, one all-gather of
-  ``(knots + 2) * 16`` bytes per rank, the summaries merged), every owned sample's keep
-  priority from the merged summary, the water-filling to its equal share of the budget,
-  the systematic sample and the weights: the per-rank work of a plan drawn shard by shard.
-  The slowest rank's time is reported (the ranks meet at the next collective).
+* ``exact``: the loader's default (``score_table="replicated"``), one ``EpochPlanner.plan``
+  over all ``N`` scores, as every rank runs it. Under data parallelism each rank also holds
+  the whole table and joins one all-reduce of a ``[4, N]`` float32 tensor per epoch
+  (``epoch/shares.merge_over_ranks``): ``16 N`` bytes.
+* ``sharded``: the loader's ``score_table="sharded"`` path for one rank of ``W``, run as
+  ``W`` gloo processes under torchrun (one process for ``W = 1``): the ``ShardedPlanner``
+  and the ``ScoreTables`` of its owned samples, built as the loader builds them, and the
+  epoch opening's planning of them, ``planner.plan(1, tables.snapshot())`` then
+  ``tables.set_weights``: the summary gather, the two small all-reduces, the water-filling
+  and the systematic sample of its own share. The slowest rank's time is reported (the
+  ranks meet at the next collective); its collectives are counted by ``RankGroup`` where
+  they ran, and the rank error is the merged summary's own bound.
 
 Reported per row: planning time (``--clock``: the process's CPU time by default, one
-thread; median and range over ``--repeats`` processes), the peak
-resident memory the plan added over the table it starts from, bytes per sample (per owned
-sample for ``summary``), collective bytes per epoch, and planning as a share of an epoch's
-training time at ``--train-us`` microseconds of training per sample per rank (an assumption,
-stated in the output). A log-log least-squares fit of time against N gives the growth rate
+thread; median and range over ``--repeats`` processes), the peak resident memory planning
+added over the tables it starts from, the bytes held per owned sample right after planning
+(counted from the real objects: score table, the plan's order, weights and inclusion, the
+tables' weights and the last epoch's if the tables still keep them for batches of it that
+wait for their losses; an array two of them share counted once) and once the first batch
+of the new epoch has recorded its losses (when no earlier batch can still come),
+collective bytes per epoch, and planning as a share of an epoch's training time at
+``--train-us`` microseconds of training per sample per rank (an assumption, stated in the
+output). A log-log least-squares fit of time against N per (path, W) gives the growth rate
 and a projection to N = 1e9.
 
     python benchmarks/scale.py                                  # N = 1e5, 1e6, 1e7
-    python benchmarks/scale.py --n 1e5 1e6 1e7 1e8 --ranks 1 2 4
+    python benchmarks/scale.py --n 1e8 --out rows.jsonl         # appends to rows.jsonl
+    python benchmarks/scale.py --plot-only rows.jsonl           # fits and plots every N recorded there
 
 Output: a table and one JSON line per measurement (``--out``, default
 ``benchmarks/results/scale.jsonl``, appended), and a log-log plot beside it (``--plot``).
@@ -93,55 +99,68 @@ def one_exact(n: int, kept_share: float) -> dict[str, Any]:
     plan = planner.plan(1, tables.snapshot())
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     tables.set_weights(plan.weights, 1)  # the loader's tables keep this epoch's weights and the last's
-    previous = tables._previous[1] if tables._previous is not None else np.empty(0)
-    # What the loader holds per sample between epochs: score table, weights (this epoch's and
-    # the last's), the ranks' marks, and the plan in progress (order, weights, inclusion).
-    held = tables._scores.nbytes + tables._weights.nbytes + previous.nbytes + shares.mine.nbytes
-    held += shares.carried.nbytes + plan.order.nbytes + plan.weights.nbytes + plan.inclusion.nbytes
+    # What the loader holds per sample between epochs: the tables and the plan in progress,
+    # plus the ranks' marks of which samples each trained.
+    marks = shares.mine.nbytes + shares.carried.nbytes
+    held = held_bytes(tables, plan) + marks
+    first = plan.order[:BATCH].numpy()
+    tables.record(first, torch.ones(first.shape[0]), 1)  # lets the last epoch's weights go
     return {
         "seconds": seconds,
         "cpu_seconds": cpu_seconds,
         "peak_added": peak_bytes() - base,
         "held": held,
+        "held_steady": held_bytes(tables, plan) + marks,
+        "owned": n,
         "kept": plan.kept,
     }
 
 
-def one_summary(n: int, world: int, kept_share: float, knots: int) -> dict[str, Any] | None:
-    """One rank's planning of its ``n // world`` samples; with ``world > 1`` this process is
-    one of ``world`` gloo ranks under torchrun and the summaries cross for real (one
-    all-gather). Rank 0 returns the slowest rank's row (the ranks wait for each other at the
-    next collective), the others None."""
+def one_sharded(n: int, world: int, kept_share: float, knots: int) -> dict[str, Any] | None:
+    """One rank's epoch opening under ``score_table="sharded"``, built as the loader builds
+    it; with ``world > 1`` this process is one of ``world`` gloo ranks under torchrun and the
+    plan's collectives cross for real. Rank 0 returns the slowest rank's row (the ranks wait
+    for each other at the next collective), the others None."""
     import torch
     import torch.distributed as dist
 
-    from neuron_sift.epoch.planner import systematic_sample
-    from neuron_sift.epoch.policy import keep_priorities, scale_to_count
-    from neuron_sift.epoch.quantiles import summarize_over_ranks
+    from neuron_sift import EpochSiftConfig
+    from neuron_sift.epoch.sharded import ShardedPlanner
+    from neuron_sift.epoch.tables import ScoreTables
     from neuron_sift.shared.ranks import RankGroup
 
     torch.set_num_threads(1)
     if world > 1:
         dist.init_process_group("gloo")
     ranks = RankGroup(None, torch.device("cpu"))
-    owned = n // world
-    mine = scores_of(owned, 10 + ranks.rank)
+    config = EpochSiftConfig(kept_share=kept_share, score_table="sharded")
+    planner = ShardedPlanner(
+        config, n, BATCH, False, 0, 10, ranks.world_size, ranks.rank, None, False, ranks=ranks, knots=knots
+    )
+    tables = ScoreTables(planner.table_size)
+    owned = planner.owner.owned
+    tables.load_scores(torch.from_numpy(scores_of(owned, 10 + ranks.rank)))
     base = rss_bytes()
     start, cpu = time.perf_counter(), time.process_time()
-    summary = summarize_over_ranks(mine, ranks, knots)
-    p = keep_priorities(mine, "percentile", summary=summary)
-    k = int(round(kept_share * owned))
-    pi = scale_to_count(p, float(k), np.isnan(mine))
-    rng = np.random.default_rng(ranks.rank)
-    order = systematic_sample(pi, rng.permutation(owned).astype(np.int32), k, float(rng.random())).astype(np.int32)
-    weights = (1.0 / np.maximum(pi, 1e-300)).astype(np.float32)
+    plan = planner.plan(1, tables.snapshot())
+    tables.set_weights(plan.weights, 1)
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
+    peak_added = peak_bytes() - base
+    summary = planner.last_summary
+    if summary is None:
+        raise AssertionError("epoch 1 was not sifted: nothing to measure")
+    held = held_bytes(tables, plan)
+    # The first loss of the new epoch lets the last epoch's weights go (tables.record).
+    first = plan.order[:BATCH].numpy()
+    tables.record(planner.slots(first), torch.ones(first.shape[0]), 1)
     row = {
         "seconds": seconds,
         "cpu_seconds": cpu_seconds,
-        "peak_added": peak_bytes() - base,
-        "held": mine.nbytes + weights.nbytes + order.nbytes,
-        "kept": int(order.shape[0]),
+        "peak_added": peak_added,
+        "held": held,
+        "held_steady": held_bytes(tables, plan),
+        "owned": owned,
+        "kept": plan.kept,
         "rank_error": summary.rank_error,
         "collective": ranks.received_bytes,
     }
@@ -156,12 +175,26 @@ def one_summary(n: int, world: int, kept_share: float, knots: int) -> dict[str, 
     return {**slowest, "peak_added": max(r["peak_added"] for r in rows)}
 
 
+def held_bytes(tables: Any, plan: Any) -> int:
+    """What a rank's tables and plan in progress hold (either path), counted from the objects
+    themselves: the tables keep the plan's weight array, and memory two of them share is
+    counted once."""
+    arrays = [tables._scores, plan.order.numpy(), plan.weights.numpy()]
+    if not np.shares_memory(tables._weights, arrays[2]):
+        arrays.append(tables._weights)
+    if tables._previous is not None:
+        arrays.append(tables._previous[1])
+    if plan.inclusion is not None:
+        arrays.append(plan.inclusion.numpy())
+    return sum(int(a.nbytes) for a in arrays)
+
+
 def run_child(args: argparse.Namespace) -> int:
     row: dict[str, Any] | None
     if args.path == "exact":
         row = one_exact(args.child_n, args.kept_share)
     else:
-        row = one_summary(args.child_n, args.child_world, args.kept_share, args.knots)
+        row = one_sharded(args.child_n, args.child_world, args.kept_share, args.knots)
     if row is not None:
         print(json.dumps(row))
     return 0
@@ -171,7 +204,7 @@ def measure(path: str, n: int, world: int, args: argparse.Namespace) -> dict[str
     runs = []
     for _ in range(args.repeats):
         cmd = [sys.executable, __file__]
-        if path == "summary" and world > 1:  # real gloo ranks
+        if path == "sharded" and world > 1:  # real gloo ranks
             cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={world}", "--nnodes=1"]
             cmd += ["--master_addr=127.0.0.1", f"--master_port={free_port()}", __file__]
         cmd += ["--child", path, "--child-n", str(n), "--child-world", str(world)]
@@ -180,12 +213,10 @@ def measure(path: str, n: int, world: int, args: argparse.Namespace) -> dict[str
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=True)
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     seconds = [r["cpu_seconds" if args.clock == "cpu" else "seconds"] for r in runs]
-    owned = n if path == "exact" else n // world
+    owned = runs[0]["owned"]  # the slowest rank's share on the sharded path
     # The exact path's merge is one all-reduce of a [4, N] float32 tensor (under data
-    # parallelism); the summary path's all-gather is counted where it ran.
+    # parallelism); the sharded path's collectives are counted where they ran.
     collective = 16 * n if (path == "exact" and world > 1) else runs[0].get("collective", 0)
-    train_s = owned * args.train_us * 1e-6  # one epoch's training on this rank: it trains its share
-    per_rank_trained = n // world
     median = statistics.median(seconds)
     return {
         "path": path,
@@ -197,8 +228,10 @@ def measure(path: str, n: int, world: int, args: argparse.Namespace) -> dict[str
         "seconds_range": [min(seconds), max(seconds)],
         "peak_added_bytes": statistics.median(r["peak_added"] for r in runs),
         "held_bytes_per_owned": runs[0]["held"] / owned,
+        "held_steady_bytes_per_owned": runs[0]["held_steady"] / owned,
         "collective_bytes": collective,
-        "plan_share_of_epoch": median / (per_rank_trained * args.train_us * 1e-6) if train_s else None,
+        # Each rank trains its N / W samples of the epoch whatever the path.
+        "plan_share_of_epoch": median / ((n // world) * args.train_us * 1e-6),
         "train_us_per_sample": args.train_us,
         "kept": runs[0]["kept"],
         "rank_error": runs[0].get("rank_error", 0.0),
@@ -214,13 +247,54 @@ def fit(rows: list[dict[str, Any]]) -> tuple[float, float]:
     return float(slope), float(intercept)
 
 
+def show(r: dict[str, Any]) -> None:
+    print(
+        f"{r['path']:8} N={r['n']:>11,} W={r['ranks']}  plan {r['seconds_median']:8.3f} s "
+        f"[{r['seconds_range'][0]:.3f}, {r['seconds_range'][1]:.3f}]  peak +{r['peak_added_bytes'] / 2**20:8.1f} MiB  "
+        f"held {r['held_bytes_per_owned']:5.2f} B/owned ({r['held_steady_bytes_per_owned']:5.2f} once training)  "
+        f"collective {r['collective_bytes']:>10,} B  rank error {r['rank_error']:.2e}  "
+        f"plan/epoch {100 * r['plan_share_of_epoch']:.3f}%",
+        flush=True,
+    )
+
+
+def report(rows: list[dict[str, Any]], train_us: float) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """Fits each (path, W)'s rows, projects them to N = 1e9 and adds both to the rows."""
+    print(f"\nassumed training time: {train_us} us per sample per rank")
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for r in sorted(rows, key=lambda r: (r["path"], r["ranks"], r["n"])):
+        groups.setdefault((r["path"], r["ranks"]), []).append(r)
+    for (path, w), group in groups.items():
+        slope, intercept = fit(group)
+        projected = 10 ** (intercept + slope * 9)
+        share = projected / ((1e9 / w) * train_us * 1e-6)
+        span = f"N={group[0]['n']:.0e}..{group[-1]['n']:.0e}"
+        print(
+            f"{path:8} W={w}: time ~ N^{slope:.2f} ({span}); "
+            f"projected at N=1e9: {projected:.1f} s ({100 * share:.3f}% of an epoch)"
+        )
+        for r in group:
+            r.update({"growth_exponent": slope, "projected_1e9_seconds": projected})
+    return groups
+
+
+def latest_rows(path: Path) -> list[dict[str, Any]]:
+    """The last row recorded in ``path`` for each (path, N, ranks)."""
+    last: dict[tuple[str, int, int], dict[str, Any]] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            last[(r["path"], r["n"], r["ranks"])] = r
+    return list(last.values())
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--n", nargs="+", type=float, default=[1e5, 1e6, 1e7], help="dataset sizes")
-    p.add_argument("--ranks", nargs="+", type=int, default=[1, 2, 4], help="ranks for the summary path")
+    p.add_argument("--ranks", nargs="+", type=int, default=[1, 2, 4], help="ranks for the sharded path")
     p.add_argument("--repeats", type=int, default=3, help="fresh processes per measurement")
     p.add_argument("--kept-share", type=float, default=0.5)
-    p.add_argument("--knots", type=int, default=4096, help="points per part's summary")
+    p.add_argument("--knots", type=int, default=4096, help="points per rank's score summary")
     p.add_argument("--train-us", type=float, default=100.0, help="assumed training time per sample per rank (us)")
     p.add_argument(
         "--clock",
@@ -230,47 +304,44 @@ def main(argv: list[str] | None = None) -> int:
         "would be; a shared machine stretches only the wall-clock) or the wall-clock",
     )
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "scale.jsonl"))
-    p.add_argument("--plot", default=None, help="PNG path (default: beside --out)")
-    p.add_argument("--child", choices=["exact", "summary"], help=argparse.SUPPRESS)
+    p.add_argument("--plot", default=None, help="PNG path (default: beside --out, or beside --plot-only's file)")
+    p.add_argument(
+        "--plot-only",
+        default=None,
+        metavar="FILE",
+        help="measure nothing: fit and plot the latest row of each (path, N, ranks) recorded in FILE",
+    )
+    p.add_argument("--child", choices=["exact", "sharded"], help=argparse.SUPPRESS)
     p.add_argument("--child-n", type=int, help=argparse.SUPPRESS)
     p.add_argument("--child-world", type=int, default=1, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         args.path = args.child
         return run_child(args)
-    sizes = [int(n) for n in args.n]
+    if args.plot_only:
+        recorded = Path(args.plot_only)
+        rows = latest_rows(recorded)
+        for r in sorted(rows, key=lambda r: (r["n"], r["path"], r["ranks"])):
+            show(r)
+        groups = report(rows, rows[0]["train_us_per_sample"])
+        plot_path = Path(args.plot) if args.plot else recorded.with_suffix(".png")
+        plot(groups, plot_path)
+        print(f"plot: {plot_path}")
+        return 0
     rows = []
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    for n in sizes:
+    for n in [int(n) for n in args.n]:
         rows.append(measure("exact", n, 1, args))
+        show(rows[-1])
         for w in args.ranks:
-            rows.append(measure("summary", n, w, args))
-        for r in rows[-1 - len(args.ranks) :]:
-            print(
-                f"{r['path']:8} N={r['n']:>11,} W={r['ranks']}  plan {r['seconds_median']:8.3f} s "
-                f"[{r['seconds_range'][0]:.3f}, {r['seconds_range'][1]:.3f}]  peak +{r['peak_added_bytes'] / 2**20:8.1f} MiB  "
-                f"held {r['held_bytes_per_owned']:5.2f} B/owned  collective {r['collective_bytes']:>12,} B  "
-                f"plan/epoch {100 * r['plan_share_of_epoch']:.3f}%",
-                flush=True,
-            )
-    print(f"\nclock: {args.clock}; assumed training time: {args.train_us} us per sample per rank")
-    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault((r["path"], r["ranks"]), []).append(r)
-    for (path, w), group in groups.items():
-        slope, intercept = fit(group)
-        projected = 10 ** (intercept + slope * 9)
-        share = projected / ((1e9 / w) * args.train_us * 1e-6)
-        print(
-            f"{path:8} W={w}: time ~ N^{slope:.2f}; projected at N=1e9: {projected:.1f} s ({100 * share:.3f}% of an epoch)"
-        )
-        for r in group:
-            r.update({"growth_exponent": slope, "projected_1e9_seconds": projected, "stamp": stamp})
+            rows.append(measure("sharded", n, w, args))
+            show(rows[-1])
+    groups = report(rows, args.train_us)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("a") as f:
         for r in rows:
-            f.write(json.dumps(r) + "\n")
+            f.write(json.dumps({**r, "stamp": stamp}) + "\n")
     plot_path = Path(args.plot) if args.plot else out.with_suffix(".png")
     plot(groups, plot_path)
     print(f"records: {out}\nplot: {plot_path}")

@@ -42,9 +42,10 @@ class EpochOpener:
         self.guard = guard
         self.history = history
 
-    def open(self, epoch: int, previous: EpochPlan | None) -> tuple[EpochPlan, list[np.ndarray]]:
+    def open(self, epoch: int, previous: EpochPlan | None, carried: bool = False) -> tuple[EpochPlan, list[np.ndarray]]:
         """The plan of ``epoch`` and this rank's batches of it; ``previous``: the plan of the
-        epoch that just ended (its trained samples update the guard)."""
+        epoch that just ended (its trained samples update the guard); ``carried``: batches of
+        it still wait for their losses (their weights are kept for them)."""
         start = time.perf_counter()
         planner = self.planner
         if previous is not None and previous.done is not None:  # resumed at another world size: the same on every rank
@@ -63,7 +64,7 @@ class EpochOpener:
         else:
             scores = torch.full((planner.table_size,), float("nan"))
         plan = planner.plan(epoch, scores, self.guard.excluded())
-        self.tables.set_weights(plan.weights, epoch)
+        self.tables.set_weights(plan.weights, epoch, keep_previous=carried)
         batches = planner.rank_batches_of(plan)
         self.shares.planned(batches)
         self.history.planned(plan, len(batches), time.perf_counter() - start)

@@ -173,7 +173,8 @@ class EpochProgress:
         )
 
     def _open(self) -> None:
-        self.plan, self.batches = self.opener.open(self.epochs_started, self.plan)
+        carried = bool(self.plan is not None and self.pairing.waiting_of(self.current_epoch))
+        self.plan, self.batches = self.opener.open(self.epochs_started, self.plan, carried)
         self.epochs_started += 1
         self.position = 0
         self.in_progress = True

@@ -136,7 +136,7 @@ class ShardedPlanner(EpochPlanner):
         if plan.done is not None:
             order = plan.order.numpy().astype(np.int64)
             return deal_rest(order[~np.isin(order, plan.done.numpy())], self.world_size, self.rank, self.batch_size)
-        mine = plan.order.numpy().astype(np.int64)
+        mine = plan.order.numpy()  # views of the plan (int32 ids below 2**31 samples): no copy per epoch
         b = self.batch_size
         n = (len(mine) // b) * b if self.drop_last else len(mine)
         return [mine[i : min(i + b, n)] for i in range(0, n, b)]

@@ -184,10 +184,12 @@ class ScoreTables:
             self._dev_scores = torch.from_numpy(self._scores).to(self.device)
             self._dev_weights = torch.from_numpy(self._weights).to(self.device)
 
-    def set_weights(self, weights: torch.Tensor, epoch: int) -> None:
+    def set_weights(self, weights: torch.Tensor, epoch: int, keep_previous: bool = False) -> None:
         """The loss weight of every sample for the coming ``epoch`` (0-based; one upload on a
-        device); the previous epoch's stay available for its carried batches."""
-        self._previous = (self.epoch, self._weights, self._dev_weights)
+        device); with ``keep_previous`` (batches of the epoch before still wait for their
+        losses) the previous epoch's stay available for those carried batches, else they are
+        let go at once: a table's worth of memory."""
+        self._previous = (self.epoch, self._weights, self._dev_weights) if keep_previous else None
         self.epoch = epoch
         self._weights = weights.detach().to(torch.float32).cpu().numpy()  # the plan's own: never written here
         self._uniform = bool((self._weights == 1.0).all())

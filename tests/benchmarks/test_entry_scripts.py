@@ -97,14 +97,14 @@ def test_scale_runs_at_tiny_sizes(tmp_path, capsys):
     ]
     exact = [r for r in rows if r["path"] == "exact"]
     sharded = [r for r in rows if r["path"] == "sharded"]
-    # Replicated: the score table, this epoch's weights (the plan's own array) and the last's,
-    # the ranks' two bool marks, the plan's inclusion and int64 order of half; the last
-    # epoch's weights go once the new epoch records.
-    assert all(r["held_bytes_per_owned"] == pytest.approx(22.0, abs=0.01) for r in exact)
+    # Replicated: the score table, this epoch's weights (the plan's own array; the last epoch's
+    # are let go at the opening when no batch of it waits), the ranks' two bool marks, the
+    # plan's inclusion and int64 order of half; nothing more once the new epoch records.
+    assert all(r["held_bytes_per_owned"] == pytest.approx(18.0, abs=0.01) for r in exact)
     assert all(r["held_steady_bytes_per_owned"] == pytest.approx(18.0, abs=0.01) for r in exact)
-    # Sharded: the score table, the plan's weights (the tables' own), the last epoch's, the
-    # int32 order of half; no inclusion.
-    assert all(r["held_bytes_per_owned"] == pytest.approx(14.0, abs=0.01) for r in sharded)
+    # Sharded: the score table, the plan's weights (the tables' own), the int32 order of half;
+    # no inclusion.
+    assert all(r["held_bytes_per_owned"] == pytest.approx(10.0, abs=0.01) for r in sharded)
     assert all(r["held_steady_bytes_per_owned"] == pytest.approx(10.0, abs=0.01) for r in sharded)
     assert [r["owned"] for r in sharded] == [2000, 1000, 20000, 10000]
     # The summary gather of every rank's (knots + 2) rows of two float64, then 16 + 8 bytes of scalars.
