@@ -5,7 +5,6 @@ weights ``metrics()`` reports, and the merge of scores over data-parallel ranks.
 
 import functools
 import multiprocessing
-import threading
 from collections import deque
 
 import pytest
@@ -14,6 +13,7 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from neuron_sift import EpochSiftingDataloader
 from tests.neuron_sift.epoch.helpers import IdDataset, ids_of, oracle, oracle_loss
+from tests.neuron_sift.epoch.thread_ranks import ThreadWorld
 
 
 def loader_over(n, batch=8, cfg=None, epochs=5, **loader_kw):
@@ -222,60 +222,6 @@ def test_mean_and_max_weight_are_those_of_the_trained_samples():
 
 
 # -- the merge over data-parallel ranks (two ranks simulated by threads) ------------------
-
-
-class ThreadWorld:
-    """Ranks in threads of this process: ``torch.distributed``'s ``all_reduce`` (sum, min) and
-    ``all_gather`` combine the tensors the threads pass, as gloo combines the processes'."""
-
-    def __init__(self, world):
-        self.world = world
-        self.local = threading.local()
-        self.barrier = threading.Barrier(world, timeout=60)
-        self.parts = [None] * world
-        self.merges = 0  # all-reduces of the [4, N] scores and flags
-
-    def exchange(self, tensor):
-        self.parts[self.local.rank] = tensor.clone()
-        self.barrier.wait()
-        parts = list(self.parts)
-        self.barrier.wait()
-        return parts
-
-    def all_reduce(self, tensor, op=torch.distributed.ReduceOp.SUM, **_kw):
-        parts = torch.stack(self.exchange(tensor))
-        if op == torch.distributed.ReduceOp.MIN:
-            tensor.copy_(parts.min(0).values)
-        else:
-            assert op == torch.distributed.ReduceOp.SUM
-            tensor.copy_(parts.sum(0))
-        if self.local.rank == 0 and tensor.dim() == 2 and tensor.shape[0] == 4:
-            self.merges += 1
-
-    def all_gather(self, out, tensor, **_kw):
-        for o, part in zip(out, self.exchange(tensor)):
-            o.copy_(part)
-
-    def run(self, fns):
-        """``fns[r]()`` as rank ``r``, each in its own thread; returns their results."""
-        errors, results = [], [None] * self.world
-
-        def target(rank):
-            self.local.rank = rank
-            try:
-                results[rank] = fns[rank]()
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
-                errors.append(exc)
-                self.barrier.abort()
-
-        threads = [threading.Thread(target=target, args=(r,)) for r in range(self.world)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
-            raise errors[0]
-        return results
 
 
 def per_epoch_loss(ids, epoch):

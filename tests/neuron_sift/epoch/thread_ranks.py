@@ -1,5 +1,6 @@
-"""``W`` ranks as threads of one process, with the collectives ``RankGroup`` offers: lets a
-test run every rank's planner side by side (thousands of plans) without processes."""
+"""Ranks as threads of one process: ``ThreadWorld`` stands in for ``torch.distributed``'s
+collectives (a test patches them in), ``ThreadRanks`` for a ``RankGroup``; both let a test
+run every rank side by side (thousands of plans) without processes."""
 
 import threading
 from collections.abc import Callable
@@ -8,68 +9,86 @@ from typing import Any
 import torch
 
 
-class Meeting:
-    """Where the threads' collectives meet: each puts its value, all read everyone's."""
+class ThreadWorld:
+    """Ranks in threads of this process: ``torch.distributed``'s ``all_reduce`` (sum, min) and
+    ``all_gather`` combine the tensors the threads pass, as gloo combines the processes'."""
 
-    def __init__(self, world: int) -> None:
+    def __init__(self, world):
         self.world = world
+        self.local = threading.local()
         self.barrier = threading.Barrier(world, timeout=60)
-        self.values: list[Any] = [None] * world
+        self.parts = [None] * world
+        self.merges = 0  # all-reduces of the [4, N] scores and flags
 
-    def exchange(self, rank: int, value: Any) -> list[Any]:
-        self.values[rank] = value
+    def exchange(self, tensor):
+        self.parts[self.local.rank] = tensor.clone()
         self.barrier.wait()
-        out = list(self.values)
+        parts = list(self.parts)
         self.barrier.wait()
-        return out
+        return parts
+
+    def all_reduce(self, tensor, op=torch.distributed.ReduceOp.SUM, **_kw):
+        parts = torch.stack(self.exchange(tensor))
+        if op == torch.distributed.ReduceOp.MIN:
+            tensor.copy_(parts.min(0).values)
+        else:
+            assert op == torch.distributed.ReduceOp.SUM
+            tensor.copy_(parts.sum(0))
+        if self.local.rank == 0 and tensor.dim() == 2 and tensor.shape[0] == 4:
+            self.merges += 1
+
+    def all_gather(self, out, tensor, **_kw):
+        for o, part in zip(out, self.exchange(tensor)):
+            o.copy_(part)
+
+    def run(self, fns):
+        """``fns[r]()`` as rank ``r``, each in its own thread; returns their results."""
+        errors, results = [], [None] * self.world
+
+        def target(rank):
+            self.local.rank = rank
+            try:
+                results[rank] = fns[rank]()
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+                errors.append(exc)
+                self.barrier.abort()
+
+        threads = [threading.Thread(target=target, args=(r,)) for r in range(self.world)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        return results
 
 
 class ThreadRanks:
-    """One rank of a ``Meeting``: ``RankGroup``'s interface (``active``, ``world_size``,
-    ``rank``, ``sum``, ``min_int``, ``all_gather_rows``, ``received_bytes``)."""
+    """One rank of a ``ThreadWorld``, with ``RankGroup``'s interface (``active``,
+    ``world_size``, ``rank``, ``sum``, ``min_int``, ``all_gather_rows``, ``received_bytes``)."""
 
-    def __init__(self, meeting: Meeting, rank: int) -> None:
-        self.meeting = meeting
-        self.world_size = meeting.world
+    def __init__(self, world: ThreadWorld, rank: int) -> None:
+        self.world = world
+        self.world_size = world.world
         self.rank = rank
-        self.active = meeting.world > 1
+        self.active = world.world > 1
         self.device = torch.device("cpu")
         self.received_bytes = 0
 
     def sum(self, t: torch.Tensor) -> torch.Tensor:
-        parts = self.meeting.exchange(self.rank, t.clone())
         self.received_bytes += t.numel() * t.element_size()
-        return torch.stack(parts).sum(0)
+        return torch.stack(self.world.exchange(t)).sum(0)
 
     def min_int(self, value: int) -> int:
         self.received_bytes += 8
-        return min(self.meeting.exchange(self.rank, int(value)))
+        return int(torch.stack(self.world.exchange(torch.tensor(value))).min())
 
     def all_gather_rows(self, t: torch.Tensor) -> torch.Tensor:
-        parts = self.meeting.exchange(self.rank, t.clone())
         self.received_bytes += self.world_size * t.numel() * t.element_size()
-        return torch.cat(parts)
+        return torch.cat(self.world.exchange(t))
 
 
 def run_ranks(world: int, work: Callable[[ThreadRanks], Any]) -> list[Any]:
-    """``work(ranks)`` on ``world`` threads, one per rank; their results in rank order (the
-    first exception re-raised, the others' barrier broken so that nothing hangs)."""
-    meeting = Meeting(world)
-    results: list[Any] = [None] * world
-    errors: list[BaseException] = []
-
-    def one(rank: int) -> None:
-        try:
-            results[rank] = work(ThreadRanks(meeting, rank))
-        except BaseException as e:  # noqa: BLE001 - re-raised in the caller
-            errors.append(e)
-            meeting.barrier.abort()
-
-    threads = [threading.Thread(target=one, args=(r,)) for r in range(world)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return results
+    """``work(ranks)`` on ``world`` threads, one per rank; their results in rank order."""
+    w = ThreadWorld(world)
+    return w.run([lambda r=r: work(ThreadRanks(w, r)) for r in range(world)])
