@@ -18,6 +18,12 @@ Version 2 (current)::
      "history":  {"epochs": [one dict per planned epoch]}}  # "observed_kept_share" is newer:
                                                              # read from "kept_share" when absent
 
+Under a sharded score table (``score_table="sharded"``, named in ``planner``) each rank's
+state holds its own share: ``tables["scores"]`` and ``guard["streak"]`` by slot (the
+samples it owns, then any it hosts for an epoch resumed at another world size), the plan
+its own (``order`` its kept ids, ``weights`` by slot, no ``inclusion``), ``shares`` empty;
+the guard's streak is empty while the guard is off (either table).
+
 Version 1 (one flat dict, written before the loader was split into parts) is converted:
 the same values, regrouped; it kept no count of unpaired batches, so that count restarts
 at 0, as version 1's own loader did on resume.
