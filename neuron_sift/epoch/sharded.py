@@ -44,6 +44,8 @@ from neuron_sift.epoch.quantiles import KNOTS, ScoreSummary, quantile_value, sum
 from neuron_sift.epoch.tables import ScoreTables
 from neuron_sift.shared.ranks import RankGroup
 
+CHUNK = 1 << 20  # samples per pass of the priorities: their temporaries stay a few MB
+
 
 class ShardedPlanner(EpochPlanner):
     """The planner of one rank's share: the same counts, kinds and settings as
@@ -170,7 +172,12 @@ class ShardedPlanner(EpochPlanner):
             return EpochPlan(epoch, kind if kind != "sift" else "sift-unscored", self._order(perm), ones, None)
         self.last_summary = summary
         c = self.config
-        p = keep_priorities(values, c.policy, c.beta_value, c.min_keep_probability, c.prune_ratio, summary=summary)
+        p = np.empty(own, dtype=np.float32)
+        for at in range(0, own, CHUNK):  # elementwise given the summary: in chunks, a bounded transient
+            part = slice(at, at + CHUNK)
+            p[part] = keep_priorities(
+                values[part], c.policy, c.beta_value, c.min_keep_probability, c.prune_ratio, summary
+            )
         unscored = np.isnan(values)
         mine_excluded = 0
         if excluded is not None and c.noise_guard_epochs > 0:

@@ -174,3 +174,21 @@ def test_a_rank_holds_only_its_share():
         assert p.table_size == len(range(p.rank, n, world))
         assert plan.weights.shape[0] == p.table_size and plan.inclusion is None
         assert plan.order.dtype == torch.int32 and plan.kept == (round(0.5 * n) // world)
+
+
+@pytest.mark.parametrize("policy", ["percentile", "below_mean"])
+def test_priorities_computed_in_chunks_give_the_same_plan(monkeypatch, policy):
+    import neuron_sift.epoch.sharded as sharded_module
+
+    n = 500
+    scores = skewed_scores(n, seed=6, unscored=4)
+
+    def plan_of(r):
+        p = sharded(r, n, kept_share=0.3, policy=policy, knots=32)
+        return p.plan(2, owned_scores(p, scores))
+
+    whole = run_ranks(2, plan_of)
+    monkeypatch.setattr(sharded_module, "CHUNK", 7)  # chunk edges fall inside each rank's share
+    chunked = run_ranks(2, plan_of)
+    for a, b in zip(whole, chunked, strict=True):
+        assert torch.equal(a.order, b.order) and torch.equal(a.weights, b.weights)
