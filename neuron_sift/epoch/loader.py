@@ -27,7 +27,7 @@ from neuron_sift.backends import BACKEND_NAMES, resolve_backend
 from neuron_sift.backends.base import Backend
 from neuron_sift.epoch.checkpoint import FORMAT as STATE_FORMAT
 from neuron_sift.epoch.checkpoint import STATE_VERSION
-from neuron_sift.epoch.guard import NoiseGuard
+from neuron_sift.epoch.guard import NoiseGuard, quantile_of_table
 from neuron_sift.epoch.history import EpochHistory
 from neuron_sift.epoch.opening import EpochOpener
 from neuron_sift.epoch.pairing import PairingQueue, as_per_sample
@@ -134,7 +134,8 @@ class EpochSiftingDataloader:
             self._place(dev)
         self.pairing = PairingQueue(lookahead)
         self.shares = OwnedShares() if sharded else RankShares(self.n, self.ranks)
-        self.guard = NoiseGuard(self.sift_config, self.planner.table_size, self.planner.score_quantile)
+        quantile = self.planner.score_quantile if isinstance(self.planner, ShardedPlanner) else quantile_of_table
+        self.guard = NoiseGuard(self.sift_config, self.planner.table_size, quantile)
         # The record of epochs, read as the list of its entries; kept shares are of the samples plans draw from.
         self.history = EpochHistory(self.planner.m, self.planner.trained_weights)
         self._sampler = PlannedBatchSampler()

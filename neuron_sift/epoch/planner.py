@@ -31,7 +31,6 @@ import torch
 
 from neuron_sift.epoch.dealing import deal_rest
 from neuron_sift.epoch.draws import epoch_seed, systematic_sample
-from neuron_sift.epoch.guard import quantile_of_table
 from neuron_sift.epoch.policy import keep_priorities, loss_weights, scale_to_count
 from neuron_sift.epoch.sampling import support_checksum
 from neuron_sift.sift_config.epoch_config import EpochSiftConfig
@@ -266,10 +265,6 @@ class EpochPlanner:
 
     def hand_over(self, tables: Any) -> None:
         """Scores hosted for other ranks go to their owners: a replicated table hosts none."""
-
-    def score_quantile(self, scores: torch.Tensor, q: float) -> float | None:
-        """The ``q`` quantile of every recorded score (the noise guard's threshold): this table's."""
-        return quantile_of_table(scores, q)
 
     def trained_slots(self, plan: EpochPlan) -> torch.Tensor:
         """The table entries of ``plan``'s trained samples (the noise guard's streaks move there)."""

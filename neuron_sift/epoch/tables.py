@@ -99,7 +99,7 @@ class ScoreTables:
             # Losses arrive in yield order: once a batch of this epoch has them, no batch of the
             # epoch before can still come, so its weights (a table's worth) are let go.
             self._previous = None
-        elif epoch is not None and epoch != self.epoch and self._previous is not None and self._previous[0] == epoch:
+        elif epoch is not None and self._previous is not None and self._previous[0] == epoch:
             host_w, dev_w = self._previous[1], self._previous[2]
         dev_scores, dev_nonfinite = self._dev_scores, self._dev_nonfinite
         if dev_scores is not None and dev_nonfinite is not None:

@@ -122,3 +122,20 @@ def test_a_sequential_sampler_keeps_dataset_order_and_drop_last_trains_full_batc
         assert ids == sorted(ids)
         assert loader.history[-1]["kept"] == len(ids) == (loader.plan.kept // BATCH) * BATCH
     assert set(sizes) == {BATCH}
+
+
+def test_a_checkpoint_after_an_epochs_last_batch_then_a_peek_resumes_exactly():
+    """The state taken after the warm-up's last loss (the loop has not asked for the next
+    batch: an open epoch with an empty rest), then a peek at the next epoch before the loop
+    goes on: the run is the uninterrupted one."""
+    whole = run(make())
+    first = make()
+    before = run(first, stop_after=-(-N // BATCH))  # the warm-up's last batch
+    second = make()
+    second.load_state_dict(first.state_dict())
+    assert len(second) == 0 and second.resuming
+    assert next(iter(second), None) is None  # the empty rest: the loop's next iteration ends at once
+    next(iter(second))  # a peek at the next epoch: nothing is spent
+    after = run(second)
+    assert {e: before.get(e, []) + after.get(e, []) for e in whole} == whole
+    assert torch.equal(second.tables.snapshot(), make_and_run_scores())
