@@ -10,13 +10,15 @@ import torch
 
 
 class ThreadWorld:
-    """Ranks in threads of this process: ``torch.distributed``'s ``all_reduce`` (sum, min) and
-    ``all_gather`` combine the tensors the threads pass, as gloo combines the processes'."""
+    """Ranks in threads of this process: ``torch.distributed``'s ``all_reduce`` (sum, min, max),
+    ``all_gather``, ``all_gather_object``, ``broadcast``, ``broadcast_object_list`` and
+    ``barrier`` combine what the threads pass, as gloo combines the processes' (``patch``
+    puts them in place of ``torch.distributed``'s)."""
 
     def __init__(self, world):
         self.world = world
         self.local = threading.local()
-        self.barrier = threading.Barrier(world, timeout=60)
+        self.barrier = threading.Barrier(world, timeout=30)
         self.parts = [None] * world
         self.merges = 0  # all-reduces of the [4, N] scores and flags
 
@@ -31,6 +33,8 @@ class ThreadWorld:
         parts = torch.stack(self.exchange(tensor))
         if op == torch.distributed.ReduceOp.MIN:
             tensor.copy_(parts.min(0).values)
+        elif op == torch.distributed.ReduceOp.MAX:
+            tensor.copy_(parts.max(0).values)
         else:
             assert op == torch.distributed.ReduceOp.SUM
             tensor.copy_(parts.sum(0))
@@ -40,6 +44,41 @@ class ThreadWorld:
     def all_gather(self, out, tensor, **_kw):
         for o, part in zip(out, self.exchange(tensor)):
             o.copy_(part)
+
+    def all_gather_object(self, out, obj, **_kw):
+        self.parts[self.local.rank] = obj
+        self.barrier.wait()
+        out[:] = list(self.parts)
+        self.barrier.wait()
+
+    def broadcast(self, tensor, src=0, **_kw):
+        tensor.copy_(self.exchange(tensor)[src])
+
+    def broadcast_object_list(self, objects, src=0, **_kw):
+        self.parts[self.local.rank] = list(objects)
+        self.barrier.wait()
+        objects[:] = self.parts[src]
+        self.barrier.wait()
+
+    def barrier_wait(self, **_kw):
+        self.barrier.wait()
+
+    def patch(self, monkeypatch):
+        """Make ``torch.distributed`` this world, as gloo's group of ``world`` processes
+        looks to the code that asks it: initialised, this thread's rank, the collectives
+        above. Patch again with another world to resume at another world size."""
+        dist = torch.distributed
+        monkeypatch.setattr(dist, "is_available", lambda: True)
+        monkeypatch.setattr(dist, "is_initialized", lambda: True)
+        monkeypatch.setattr(dist, "get_world_size", lambda group=None: self.world)
+        monkeypatch.setattr(dist, "get_rank", lambda group=None: self.local.rank)
+        monkeypatch.setattr(dist, "get_backend", lambda group=None: "gloo")
+        monkeypatch.setattr(dist, "all_reduce", self.all_reduce)
+        monkeypatch.setattr(dist, "all_gather", self.all_gather)
+        monkeypatch.setattr(dist, "all_gather_object", self.all_gather_object)
+        monkeypatch.setattr(dist, "broadcast", self.broadcast)
+        monkeypatch.setattr(dist, "broadcast_object_list", self.broadcast_object_list)
+        monkeypatch.setattr(dist, "barrier", self.barrier_wait)
 
     def run(self, fns):
         """``fns[r]()`` as rank ``r``, each in its own thread; returns their results."""
