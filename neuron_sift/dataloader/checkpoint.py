@@ -7,7 +7,8 @@ data-parallel agreement in progress) and ``pending`` (kept samples not yet emitt
 plain data). Everything loads with ``torch.load(..., weights_only=True)``.
 
 Version 1 (neuron_sift 0.2.0) kept the same values in one flat dict; it is converted on
-load. The envelope (``kind``, ``version``, the refusals) is ``neuron_sift.shared.checkpoints``.
+load. The envelope (``kind``, ``version``, the content's checksum, the refusals) is
+``neuron_sift.shared.checkpoints``.
 """
 
 from typing import Any
@@ -81,10 +82,13 @@ def restore_loader_state(sl: LoaderParts, state: dict[str, Any]) -> None:
     """``SiftingDataloader.load_state_dict()`` into the loader ``sl`` (see there)."""
     state = FORMAT.read(state)
     meta = state["loader"]
-    if (meta.get("rank", 0), meta.get("world_size", 1)) != (sl.ranks.rank, sl.ranks.world_size):
+    theirs = (meta.get("rank", 0), meta.get("world_size", 1))
+    if theirs != (sl.ranks.rank, sl.ranks.world_size):
         raise ValueError(
-            f"checkpoint was taken on rank {meta.get('rank')} of {meta.get('world_size')}, this loader is rank "
-            f"{sl.ranks.rank} of {sl.ranks.world_size}: each rank must load its own state"
+            f"checkpoint was taken on rank {theirs[0]} of {theirs[1]} rank(s), this loader is rank "
+            f"{sl.ranks.rank} of {sl.ranks.world_size}: each rank loads the state it saved, at the world size it "
+            "saved it at (SiftingDataloader does not resume at another world size; EpochSiftingDataloader does, "
+            "with load_state_dict_from_ranks)"
         )
     for key in ("selection_mode", "loss_history_length"):
         mine = getattr(sl.sift_config, key)

@@ -24,6 +24,12 @@ samples it owns, then any it hosts for an epoch resumed at another world size), 
 its own (``order`` its kept ids, ``weights`` by slot, no ``inclusion``), ``shares`` empty;
 the guard's streak is empty while the guard is off (either table).
 
+Every state also holds a ``"checksum"`` of its content (``neuron_sift.shared.checkpoints``):
+a state changed after ``state_dict()`` wrote it is refused; states of older versions have
+none and load as before. And each part checks its own state against the loader that loads it (``check_state``,
+``plan_checks.py``), all of them before any part changes: a refused state leaves the loader
+as it was.
+
 Version 1 (one flat dict, written before the loader was split into parts) is converted:
 the same values, regrouped; it kept no count of unpaired batches, so that count restarts
 at 0, as version 1's own loader did on resume.
@@ -31,7 +37,17 @@ at 0, as version 1's own loader did on resume.
 
 from typing import Any
 
+from neuron_sift.epoch.guard import NoiseGuard
+from neuron_sift.epoch.history import EpochHistory
+from neuron_sift.epoch.pairing import PairingQueue
+from neuron_sift.epoch.plan_checks import owned_entries, table_size_for
+from neuron_sift.epoch.planner import EpochPlanner
+from neuron_sift.epoch.progress import EpochProgress
+from neuron_sift.epoch.sharded import OwnedShares, ShardedPlanner
+from neuron_sift.epoch.shares import RankShares
+from neuron_sift.epoch.tables import ScoreTables
 from neuron_sift.shared.checkpoints import StateFormat, require
+from neuron_sift.shared.state_checks import invalid, need_bool
 
 STATE_KIND = "EpochSiftingDataloader"
 STATE_VERSION = 2
@@ -82,3 +98,19 @@ def _from_version_1(old: dict[str, Any]) -> dict[str, Any]:
 
 
 FORMAT = StateFormat(STATE_KIND, STATE_VERSION, PARTS, upgrades={1: _from_version_1})
+
+
+def check_state(state: dict[str, Any], planner: EpochPlanner) -> None:
+    """Every part's check of its own state (``state`` as ``FORMAT.read`` returns it) for the
+    loader of ``planner``'s rank, or a ``ValueError`` naming the field: run before any part
+    loads, so a refused state leaves the loader as it was."""
+    planner.check_state(state["planner"])
+    plan = EpochProgress.check_state(state["progress"], planner)
+    if need_bool(state["in_progress"], "in_progress") != state["progress"]["in_progress"]:
+        invalid("in_progress", "differs from progress.in_progress (it is a copy of it)")
+    ScoreTables.check_state(state["tables"], table_size_for(planner, plan))
+    shares = OwnedShares if isinstance(planner, ShardedPlanner) else RankShares
+    shares.check_state(state["shares"], planner.n)
+    NoiseGuard.check_state(state["guard"], owned_entries(planner))
+    PairingQueue.check_state(state["pairing"])
+    EpochHistory.check_state(state["history"])

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from neuron_sift.shared.state_checks import invalid, need_mapping, need_values, need_vector
 from neuron_sift.sift_config.epoch_config import EpochSiftConfig
 
 
@@ -69,7 +70,20 @@ class NoiseGuard:
     def state_dict(self) -> dict[str, Any]:
         return {"streak": self.streak.clone()}
 
+    @staticmethod
+    def check_state(state: Any, n: int) -> None:
+        """Refuse a state that is not a streak per table entry (``n``; none: the guard was off)."""
+        need_mapping(state, "guard", ("streak",))
+        streak = need_vector(state["streak"], "guard.streak", torch.int32)
+        if streak.shape[0] not in (0, n):
+            invalid(
+                "guard.streak",
+                f"must hold {n} entries (one per entry of this rank's table) or none, got {streak.shape[0]}",
+            )
+        need_values(streak, "guard.streak", 0)
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.check_state(state, self.n)
         streak = state["streak"]
         if self.enabled and streak.numel() == 0:  # a state of a run with the guard off: no streaks yet
             streak = torch.zeros(self.n, dtype=torch.int32)

@@ -13,6 +13,12 @@ ranks train, ``planned`` what the plan drew, and ``observed_kept_share`` the mea
 share ``kept / M``, named apart from the setting ``EpochSiftConfig.kept_share`` (a
 budget); each entry also carries it as ``kept_share``, an alias kept for one release.
 
+Why every count and weight is of all ranks, whatever the score table: a run is one
+training run, and the same run must read the same under either table and on every rank
+(a dashboard fed by rank 0, a log compared across ranks). A replicated plan holds every
+rank's samples; a sharded plan holds one rank's, so its planner combines the ranks'
+weights when the epoch opens (``TrainedCounts``).
+
 Epoch numbering, one convention everywhere (the history, ``metrics()``, the log lines,
 the pairing of losses): ``epoch`` is the 0-based index of an epoch, as in
 ``EpochPlan.epoch``; counts of epochs are named as counts (``epochs_started``).
@@ -20,6 +26,7 @@ the pairing of losses): ``epoch`` is the 0-based index of an epoch, as in
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, overload
 
 import torch
@@ -27,9 +34,28 @@ import torch
 from neuron_sift.epoch.planner import EpochPlan
 from neuron_sift.shared.counts import PhaseTimings
 from neuron_sift.shared.logs import EPOCH_LOGGER
+from neuron_sift.shared.state_checks import describe, invalid, need_int, need_mapping, need_real
 
 # The epoch loader's one logger: users configure it by this name whichever part logs.
 logger = logging.getLogger(EPOCH_LOGGER)
+
+# An entry's counts and its shares, weights and seconds (``EpochHistory.check_state``).
+_ENTRY_COUNTS = ("epoch", "kept", "planned", "batches", "excluded")
+_ENTRY_REALS = ("observed_kept_share", "kept_share", "mean_weight", "max_weight", "planning_seconds")
+
+
+@dataclass(frozen=True)
+class TrainedCounts:
+    """What a plan trains over all ranks, as an entry reports it whatever the score table:
+    ``kept`` samples trained, ``planned`` samples drawn, and the mean and largest loss weight
+    of the trained ones. A replicated plan holds every rank's samples, so the history reads
+    them off the plan; a sharded plan holds one rank's, so its planner combines the ranks'
+    (``ShardedPlanner.trained_counts``)."""
+
+    kept: int
+    planned: int
+    mean_weight: float
+    max_weight: float
 
 
 class EpochHistory(Sequence[dict[str, Any]]):
@@ -37,8 +63,8 @@ class EpochHistory(Sequence[dict[str, Any]]):
     sifting's phases (``timings``: ``planning`` and ``weighted_loss``).
 
     ``n``: the samples plans draw from (kept shares are of these); ``trained``: how many
-    samples of a plan the ranks train, and the weights of those this rank trains
-    (``EpochPlanner.trained_weights``; None: all of the plan's, which holds every rank's).
+    samples of a plan the ranks train, and their weights (``EpochPlanner.trained_weights``;
+    None: all of the plan's), read where a plan holds every rank's samples.
     """
 
     def __init__(self, n: int, trained: Callable[[EpochPlan], tuple[int, torch.Tensor]] | None = None) -> None:
@@ -60,20 +86,28 @@ class EpochHistory(Sequence[dict[str, Any]]):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter(self.entries)
 
-    def planned(self, plan: EpochPlan, batches: int, seconds: float) -> None:
-        self.timings.record("planning", seconds)
+    def of_plan(self, plan: EpochPlan) -> TrainedCounts:
+        """The counts of a plan that holds every rank's samples (a replicated table's)."""
         kept, kept_w = self.trained(plan) if self.trained is not None else (plan.kept, plan.weights[plan.order])
         if not kept_w.numel():
             kept_w = torch.ones(1)
+        return TrainedCounts(kept, plan.kept, float(kept_w.mean()), float(kept_w.max()))
+
+    def planned(self, plan: EpochPlan, batches: int, seconds: float, counts: TrainedCounts | None = None) -> None:
+        """Record ``plan``'s entry: ``batches`` of this rank, planned in ``seconds``; ``counts``
+        over all ranks (None: read off the plan, which then holds every rank's samples)."""
+        self.timings.record("planning", seconds)
+        counts = counts if counts is not None else self.of_plan(plan)
+        kept = counts.kept
         entry = {
             "epoch": plan.epoch,
             "kind": plan.kind,
             "kept": kept,
             "observed_kept_share": kept / self.n,
             "kept_share": kept / self.n,  # the alias of observed_kept_share, for one release
-            "planned": plan.kept,
-            "mean_weight": float(kept_w.mean()),
-            "max_weight": float(kept_w.max()),
+            "planned": counts.planned,
+            "mean_weight": counts.mean_weight,
+            "max_weight": counts.max_weight,
             "batches": batches,
             "excluded": plan.excluded,
             "planning_seconds": seconds,
@@ -105,6 +139,25 @@ class EpochHistory(Sequence[dict[str, Any]]):
         """The entries; the timings are not kept (they measure this process)."""
         return {"epochs": [dict(h) for h in self.entries]}
 
+    @staticmethod
+    def check_state(state: Any) -> None:
+        """Refuse a record that is not a list of entries with their counts and shares."""
+        epochs = need_mapping(state, "history", ("epochs",))["epochs"]
+        if not isinstance(epochs, list):
+            invalid("history.epochs", f"must be a list of dicts (one per planned epoch), got {describe(epochs)}")
+        for i, entry in enumerate(epochs):
+            field = f"history.epochs[{i}]"
+            need_mapping(entry, field, ("epoch", "kind", "kept", "kept_share"))
+            if not isinstance(entry["kind"], str):
+                invalid(f"{field}.kind", f"must be a str, got {describe(entry['kind'])}")
+            for key in _ENTRY_COUNTS:
+                if key in entry:
+                    need_int(entry[key], f"{field}.{key}", 0)
+            for key in _ENTRY_REALS:
+                if key in entry:
+                    need_real(entry[key], f"{field}.{key}", 0.0)
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Entries saved before ``observed_kept_share`` existed carry it as ``kept_share``."""
+        self.check_state(state)
         self.entries = [{"observed_kept_share": h.get("kept_share"), **h} for h in state["epochs"]]

@@ -17,7 +17,7 @@ import torch
 from neuron_sift.epoch.guard import NoiseGuard
 from neuron_sift.epoch.history import EpochHistory
 from neuron_sift.epoch.planner import EpochPlan, EpochPlanner
-from neuron_sift.epoch.sharded import OwnedShares
+from neuron_sift.epoch.sharded import OwnedShares, ShardedPlanner
 from neuron_sift.epoch.shares import RankShares
 from neuron_sift.epoch.tables import ScoreTables
 from neuron_sift.shared.logs import EPOCH_LOGGER
@@ -67,7 +67,8 @@ class EpochOpener:
         self.tables.set_weights(plan.weights, epoch, keep_previous=carried)
         batches = planner.rank_batches_of(plan)
         self.shares.planned(batches)
-        self.history.planned(plan, len(batches), time.perf_counter() - start)
+        counts = planner.trained_counts(plan) if isinstance(planner, ShardedPlanner) else None  # one rank's plan
+        self.history.planned(plan, len(batches), time.perf_counter() - start, counts)
         return plan, batches
 
     def restore(self, plan: EpochPlan | None, epoch: int) -> None:

@@ -52,6 +52,7 @@ from neuron_sift.exceptions import LossOutputException
 from neuron_sift.shared.checkpoints import require
 from neuron_sift.shared.counts import CountSet
 from neuron_sift.shared.logs import EPOCH_LOGGER
+from neuron_sift.shared.state_checks import invalid, need_int, need_mapping
 
 logger = logging.getLogger(EPOCH_LOGGER)
 
@@ -288,8 +289,15 @@ class PairingQueue:
     @staticmethod
     def check_state(state: dict[str, Any]) -> None:
         """Refuse counts this queue cannot restore, before any part of a loader is changed."""
+        counts = {key: need_int(value, f"pairing.{key}", 0) for key, value in need_mapping(state, "pairing").items()}
         PairingCounts().load_state_dict(state)
         require(state, ("dropped_batches",), "the pairing state")
+        done = counts["batches_recorded"] + counts.get("batches_skipped", 0)
+        if done > counts["batches_yielded"]:
+            invalid(
+                "pairing.batches_yielded",
+                f"is {counts['batches_yielded']}, fewer than the {done} batches recorded or skipped (each was yielded)",
+            )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.check_state(state)

@@ -31,6 +31,7 @@ import torch
 
 from neuron_sift.epoch.dealing import deal_rest
 from neuron_sift.epoch.draws import epoch_seed, systematic_sample
+from neuron_sift.epoch.planner_state import check_planner_state
 from neuron_sift.epoch.policy import keep_priorities, loss_weights, scale_to_count
 from neuron_sift.epoch.sampling import support_checksum
 from neuron_sift.sift_config.epoch_config import EpochSiftConfig
@@ -302,21 +303,9 @@ class EpochPlanner:
         return {"seed": self.seed, **self.settings()}
 
     def check_state(self, state: dict[str, Any]) -> None:
-        """Refuse a state of another setup before anything is loaded (a state without a
-        support was taken over all samples)."""
-        for key, mine in {**self.settings(), "score_table": self.config.score_table}.items():
-            theirs = state.get(key, "replicated") if key == "score_table" else state.get(key)
-            if key not in ("support_size", "support_crc32") and theirs != mine:
-                raise ValueError(f"checkpoint has {key}={theirs!r} but this loader has {mine!r}")
-        theirs = (state.get("support_size", state["n"]), state.get("support_crc32"))
-        mine = (self.m, self.support_crc32)
-        if theirs != mine:
-            raise ValueError(
-                f"checkpoint was taken with a sampler over {theirs[0]} samples "
-                f"({'all' if theirs[1] is None else 'a subset'} of {state['n']}) but this loader's sampler yields "
-                f"{mine[0]} ({'all' if mine[1] is None else 'a subset'}; checksum {mine[1]} vs {theirs[1]}): "
-                "resume with the sampler the checkpoint was taken with"
-            )
+        """Refuse a state of another rank layout or setup before anything is loaded
+        (``planner_state.py``)."""
+        check_planner_state(self, state)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.check_state(state)

@@ -34,6 +34,7 @@ import numpy as np
 
 from neuron_sift.epoch.opening import EpochOpener
 from neuron_sift.epoch.pairing import PairingQueue, Waiting
+from neuron_sift.epoch.plan_checks import check_progress_state
 from neuron_sift.epoch.planner import EpochPlan, EpochPlanner
 from neuron_sift.epoch.source import PlannedBatchSampler
 from neuron_sift.shared.iterators import IteratorGeneration
@@ -202,7 +203,14 @@ class EpochProgress:
             "plan": None if self.plan is None else self.plan.state_dict(),
         }
 
+    @staticmethod
+    def check_state(state: dict[str, Any], planner: EpochPlanner) -> EpochPlan | None:
+        """Refuse a state ``planner``'s rank cannot resume (``plan_checks``), naming the field;
+        returns its plan (sharing the state's tensors)."""
+        return check_progress_state(planner, state)[0]
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.check_state(state, self.planner)
         self.epochs_started = int(state["epochs_started"])
         self.position = int(state["position"])
         self.plan = None if state["plan"] is None else EpochPlan.from_state(state["plan"])

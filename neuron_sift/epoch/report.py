@@ -23,7 +23,11 @@ def epoch_report(
     says whether every batch of it on this rank has its losses (or was skipped).
     ``observed_kept_share``: the share of the samples the current epoch trains; it is also
     reported as ``kept_share``, an alias kept for one release (the setting of that name is
-    a budget, ``EpochSiftConfig.kept_share``)."""
+    a budget, ``EpochSiftConfig.kept_share``). The epoch's counts and weights
+    (``observed_kept_share``, ``mean_weight``, ``max_weight``, ``excluded_by_guard``) are of
+    all ranks under either score table (``history.TrainedCounts``), the batch and loss counts
+    of this rank, and ``scores_recorded`` of this rank's table (under a sharded table, the
+    samples it owns): reading it starts no collective, so one rank may call it alone."""
     scores = tables.snapshot()
     last = history[-1] if len(history) else {}
     counts = pairing.counts

@@ -5,7 +5,9 @@ in the rank's own table, and no score ever crosses ranks; the alternative (train
 send each loss to its owner once per epoch) is an all-to-all of every trained sample's
 loss per epoch, as large as the epoch. What crosses ranks per sifted epoch instead is
 fixed: the gather of each rank's score summary (``quantiles.summarize_over_ranks``:
-``(knots + 2) * 16`` bytes per rank), one all-reduce of two float64 and one of one int64.
+``(knots + 2) * 16`` bytes per rank), one all-reduce of two float64 and one of one int64,
+and for the history's entry (weights of all ranks, ``trained_counts``) one all-gather of two
+float64 per rank.
 
 How an epoch is drawn (stratified systematic sampling, one stratum per rank): every rank
 reads its samples' percentiles off the merged summary, hence the policy's keep priority
@@ -37,12 +39,14 @@ import torch
 
 from neuron_sift.epoch.dealing import deal_rest
 from neuron_sift.epoch.draws import epoch_seed, systematic_sample
+from neuron_sift.epoch.history import TrainedCounts
 from neuron_sift.epoch.ownership import Ownership
 from neuron_sift.epoch.planner import EpochPlan, EpochPlanner
 from neuron_sift.epoch.policy import keep_priorities, loss_weights, scale_to_count
 from neuron_sift.epoch.quantiles import KNOTS, ScoreSummary, quantile_value, summarize_over_ranks
 from neuron_sift.epoch.tables import ScoreTables
 from neuron_sift.shared.ranks import RankGroup
+from neuron_sift.shared.state_checks import invalid, need_mapping
 
 CHUNK = 1 << 20  # samples per pass of the priorities: their temporaries stay a few MB
 
@@ -85,8 +89,12 @@ class ShardedPlanner(EpochPlanner):
         return plan.order[:n].to(torch.int64)
 
     def trained_slots(self, plan: EpochPlan) -> torch.Tensor:
-        """This rank's own slots of its trained samples (hosted guests are their owners' to count)."""
-        ids = self.trained_ids(plan).numpy()
+        """The slots of the samples this rank owns that ``plan`` trained (the noise guard's
+        streaks move there): its own trained samples; of a plan resumed at another world
+        size, every owned sample the epoch trained on any rank, before the resume or after
+        (its ``order`` lists them all), wherever it trained (hosted guests are their owners'
+        to count, after ``hand_over``)."""
+        ids = plan.order.numpy().astype(np.int64) if plan.done is not None else self.trained_ids(plan).numpy()
         return torch.from_numpy(self.owner.slots(ids[self.owner.owners(ids) == self.rank]))
 
     def host_guests(self, plan: EpochPlan | None) -> None:
@@ -127,9 +135,26 @@ class ShardedPlanner(EpochPlanner):
         tables.set_nonfinite(nonfinite)
 
     def trained_weights(self, plan: EpochPlan) -> tuple[int, torch.Tensor]:
-        """Every rank trains as many samples as this one; the weights are this rank's."""
+        """Every rank trains as many samples as this one; the weights are this rank's (the
+        history's entry takes ``trained_counts``, of all ranks)."""
         slots = self.trained_slots(plan)
         return int(slots.shape[0]) * self.world_size, plan.weights[slots]
+
+    def trained_counts(self, plan: EpochPlan) -> TrainedCounts:
+        """The history's entry of this rank's fresh ``plan`` over all ranks, as a replicated
+        plan reports it: every rank draws and trains as many samples as this one (equal
+        shares), and the weights' mean and largest are of every rank's trained samples (one
+        all-gather of two float64 per rank, in a sifted epoch only: the others weigh every
+        sample 1). Every rank calls it when it opens the epoch."""
+        slots = self.trained_slots(plan)
+        kept, planned = int(slots.shape[0]) * self.world_size, plan.kept * self.world_size
+        if plan.kind != "sift":
+            return TrainedCounts(kept, planned, 1.0, 1.0)
+        w = plan.weights[slots].to(torch.float64)
+        most = float(w.max()) if w.numel() else 1.0
+        rows = self.ranks.all_gather_rows(torch.tensor([[float(w.sum()), most]], dtype=torch.float64))
+        mean = float(rows[:, 0].sum()) / kept if kept else 1.0
+        return TrainedCounts(kept, planned, mean, float(rows[:, 1].max()))
 
     def rank_batches_of(self, plan: EpochPlan) -> list[np.ndarray]:
         """This rank's plan cut into batches (the last one short unless ``drop_last``). A plan
@@ -214,5 +239,11 @@ class OwnedShares:
     def state_dict(self) -> dict[str, Any]:
         return {}
 
+    @staticmethod
+    def check_state(state: Any, n: int) -> None:
+        """Refuse anything but the empty state (a sharded table keeps no marks; ``n`` unused)."""
+        if need_mapping(state, "shares"):
+            invalid("shares", f"must be empty under a sharded score table, got keys {sorted(map(str, state))}")
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
+        self.check_state(state, 0)

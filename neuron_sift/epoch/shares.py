@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from neuron_sift.shared.ranks import RankGroup
+from neuron_sift.shared.state_checks import need_mapping, need_vector
 
 
 class RankShares:
@@ -50,7 +51,15 @@ class RankShares:
     def state_dict(self) -> dict[str, Any]:
         return {"mine": self.mine.clone(), "carried": self.carried.clone()}
 
+    @staticmethod
+    def check_state(state: Any, n: int) -> None:
+        """Refuse a state that is not two marks per sample (``n``)."""
+        need_mapping(state, "shares", ("mine", "carried"))
+        for key in ("mine", "carried"):
+            need_vector(state[key], f"shares.{key}", torch.bool, n, "sample")
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.check_state(state, self.mine.shape[0])
         self.mine = state["mine"].clone()
         self.carried = state["carried"].clone()
 

@@ -29,6 +29,7 @@ import torch
 from neuron_sift.backends.base import Backend
 from neuron_sift.kernels.scores import gather_weights, score_writes, weighted_mean
 from neuron_sift.shared.logs import EPOCH_LOGGER
+from neuron_sift.shared.state_checks import need_int, need_mapping, need_values, need_vector
 
 logger = logging.getLogger(EPOCH_LOGGER)
 
@@ -220,6 +221,15 @@ class ScoreTables:
         are not kept: they follow from the plan in progress."""
         return {"scores": self.snapshot(), "nonfinite": self.nonfinite()}
 
+    @staticmethod
+    def check_state(state: Any, size: int) -> None:
+        """Refuse a state that is not ``size`` scores (finite, or NaN: never scored) and a count."""
+        need_mapping(state, "tables", ("scores", "nonfinite"))
+        scores = need_vector(state["scores"], "tables.scores", torch.float32, size, "entry of this rank's table")
+        need_values(scores, "tables.scores", -np.inf, nan=True)  # any finite loss; never infinite
+        need_int(state["nonfinite"], "tables.nonfinite", 0)
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.check_state(state, self.n)
         self.load_scores(state["scores"])
         self.set_nonfinite(int(state["nonfinite"]))

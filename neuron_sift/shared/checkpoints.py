@@ -10,13 +10,30 @@ A state is a plain dict ``{"kind": ..., "version": ..., <part>: <the part's stat
 that loads with ``torch.load(..., weights_only=True)``. States written before ``kind`` was
 saved are recognised by their keys (each format says how, ``legacy``;
 ``unversioned``: the version such a state has when it saved none either).
+
+Why a checksum (``"checksum"``, written by ``write`` and verified by ``read``): a state that
+was changed after ``state_dict()`` wrote it (a damaged file, a flipped byte that turns one
+weight into another, a state edited by hand) would otherwise load without a word and run
+something else than the run it claims to resume. The checksum is a SHA-256 of the state's
+content in a canonical form (``content_checksum``): every tensor's dtype, shape and bytes,
+every plain value, dict keys sorted; one pass over the tensors' memory, no copy. A state
+nested in another (a wrapper's state holding its loader's) enters its holder's checksum by
+its own checksum: it is verified when its own reader reads it, so each byte is hashed once
+per save. States written before checksums existed have none and load as before.
 """
 
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import torch
+
 _FORMATS: list["StateFormat"] = []
+
+CHECKSUM = "checksum"  # the envelope's field holding the digest of everything else in the state
+_ALGORITHM = "sha256:"
 
 
 @dataclass(frozen=True)
@@ -44,10 +61,14 @@ class StateFormat:
         missing = [p for p in self.parts if p not in parts]
         if missing:  # a writer's bug, not a user's input
             raise AssertionError(f"{self.kind} state written without {', '.join(missing)}")
-        return {"kind": self.kind, "version": self.version, **parts}
+        state = {"kind": self.kind, "version": self.version, **parts}
+        state[CHECKSUM] = content_checksum(state)
+        return state
 
-    def read(self, state: Any) -> dict[str, Any]:
-        """``state`` in the current layout, or a ``ValueError`` saying what it is instead."""
+    def read(self, state: Any, verify: bool = True) -> dict[str, Any]:
+        """``state`` in the current layout, or a ``ValueError`` saying what it is instead;
+        ``verify=False`` skips the checksum (for a reader that only compares a few fields of
+        states another reader loads, and verifies)."""
         article = "an" if self.kind[0] in "AEIOU" else "a"
         kind = state_kind(state)
         if kind != self.kind:
@@ -68,6 +89,8 @@ class StateFormat:
                 f"not {article} {self.kind} state of a version this neuron_sift reads: version {version!r}; "
                 f"readable versions: {', '.join(map(str, readable))} (current {self.version})"
             )
+        if verify:
+            verify_checksum(state, f"{article} {self.kind} state")
         if version != self.version:
             state = self.upgrades[version](state)
         missing = [p for p in self.parts if p not in state]
@@ -95,3 +118,76 @@ def require(state: Mapping[str, Any], keys: Any, what: str) -> None:
     missing = [k for k in keys if k not in state]
     if missing:
         raise ValueError(f"{what} is incomplete: no {', '.join(missing)}")
+
+
+def content_checksum(state: Mapping[str, Any]) -> str:
+    """The checksum of ``state``'s content: everything but its own ``checksum`` field (see
+    the module's docstring)."""
+    digest = hashlib.sha256()
+    _feed(digest, {k: v for k, v in state.items() if k != CHECKSUM})
+    return _ALGORITHM + digest.hexdigest()
+
+
+def verify_checksum(state: Mapping[str, Any], what: str) -> None:
+    """Refuse ``state`` (described as ``what``) if it has a checksum that its content does not
+    match; a state without one (written before checksums existed) passes."""
+    saved = state.get(CHECKSUM)
+    if saved is None:
+        return
+    if not isinstance(saved, str) or not saved.startswith(_ALGORITHM):
+        raise ValueError(
+            f"{what} with a checksum this neuron_sift does not read: {saved!r} (expected {_ALGORITHM}<hex digest>)"
+        )
+    if content_checksum(state) != saved:
+        raise ValueError(
+            f"{what}: the state's content does not match its checksum: it was changed after state_dict() wrote it "
+            "(a damaged or truncated file, or a state edited by hand). Load the file state_dict() wrote, as saved; "
+            "a state changed on purpose is refused too: a changed state is not one the run can be trusted to resume"
+        )
+
+
+def _sealed(value: dict[Any, Any]) -> bool:
+    """Whether ``value`` is a state of this envelope with its own checksum (verified by its reader)."""
+    saved = value.get(CHECKSUM)
+    return isinstance(value.get("kind"), str) and isinstance(saved, str) and saved.startswith(_ALGORITHM)
+
+
+def _feed(digest: Any, value: Any) -> None:
+    """``value`` into ``digest`` in a canonical form: a type tag, then the value's bytes
+    (lengths before variable-size content, so no two values feed the same bytes)."""
+    if isinstance(value, torch.Tensor):
+        t = value.detach()
+        digest.update(f"T{t.dtype}{tuple(t.shape)}|".encode())
+        if t.numel():  # the tensor's own memory (a copy only for a non-contiguous or non-CPU one)
+            flat = t.cpu().contiguous().reshape(-1)
+            digest.update(flat.view(torch.uint8).numpy())
+    elif isinstance(value, np.ndarray):
+        digest.update(f"A{value.dtype.str}{value.shape}|".encode())
+        digest.update(np.ascontiguousarray(value).view(np.uint8))
+    elif isinstance(value, dict):
+        if _sealed(value):
+            digest.update(f"C{value[CHECKSUM]}|".encode())
+            return
+        digest.update(f"D{len(value)}|".encode())
+        for key in sorted(value, key=lambda k: (type(k).__name__, repr(k))):
+            _feed(digest, key)
+            _feed(digest, value[key])
+    elif isinstance(value, (list, tuple)):
+        digest.update(f"{'L' if isinstance(value, list) else 'U'}{len(value)}|".encode())
+        for item in value:
+            _feed(digest, item)
+    elif isinstance(value, str):
+        data = value.encode("utf-8", "surrogatepass")
+        digest.update(f"S{len(data)}|".encode())
+        digest.update(data)
+    elif isinstance(value, bytes):
+        digest.update(f"Y{len(value)}|".encode())
+        digest.update(value)
+    elif isinstance(value, float):
+        digest.update(f"F{value.hex()}|".encode())
+    elif value is None or isinstance(value, (bool, int)):
+        digest.update(f"{type(value).__name__[0]}{value!r}|".encode())
+    else:  # another plain value: its type and repr
+        text = f"O{type(value).__module__}.{type(value).__qualname__}:{value!r}".encode()
+        digest.update(f"{len(text)}|".encode())
+        digest.update(text)

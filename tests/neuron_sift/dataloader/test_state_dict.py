@@ -182,6 +182,7 @@ def test_version_1_checkpoints_load_and_resume_exactly(mode, device):
     assert rest == saved["rest"]
     again = loader.state_dict()
     assert again["version"] == 2 and set(again) == {
+        "checksum",
         "kind",
         "version",
         "loader",

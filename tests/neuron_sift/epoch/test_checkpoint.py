@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader
 
 from neuron_sift import EpochSiftingDataloader
 from neuron_sift.epoch.checkpoint import PARTS, STATE_VERSION
+from neuron_sift.shared.checkpoints import CHECKSUM, content_checksum
 from tests.neuron_sift.epoch.helpers import IdDataset, Prefetcher, ids_of, oracle, oracle_loss
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -104,7 +105,8 @@ def test_the_state_is_the_parts_states_under_their_names():
     a.weighted_loss(oracle_loss(x))
     current = ids_of(x)
     state = roundtrip(a.state_dict())  # plain values and CPU tensors only
-    assert set(state) == {"version", "kind", "in_progress", *PARTS}
+    assert set(state) == {"version", "kind", "checksum", "in_progress", *PARTS}
+    assert state["checksum"] == content_checksum(state)  # of the content, written with it
     assert state["in_progress"] is True and state["progress"]["in_progress"] is True
     assert (state["planner"]["seed"], state["planner"]["n"], state["planner"]["batch_size"]) == (2, 60, 8)
     progress, plan = state["progress"], state["progress"]["plan"]
@@ -158,6 +160,12 @@ def test_other_versions_are_refused_naming_theirs_and_the_supported_one(version)
         a.load_state_dict(state)
 
 
+def unsealed(state):
+    """``state`` without its checksum: as a state of a version before checksums were written,
+    so that what a reader checks after the checksum is reached."""
+    return {k: v for k, v in state.items() if k != CHECKSUM}
+
+
 def test_incomplete_states_are_refused_before_anything_changes():
     meta, old = fixture_v1()
     a = loader_for(meta)
@@ -166,14 +174,16 @@ def test_incomplete_states_are_refused_before_anything_changes():
         a.load_state_dict(old)
     state = a.state_dict()
     del state["guard"]
-    with pytest.raises(ValueError, match="incomplete: no guard"):
+    with pytest.raises(ValueError, match="does not match its checksum"):  # a part removed: the content changed
         a.load_state_dict(state)
+    with pytest.raises(ValueError, match="incomplete: no guard"):
+        a.load_state_dict(unsealed(state))
     assert a.epoch == 0 and a.plan is None
-    state = a.state_dict()
+    state = unsealed(a.state_dict())
     del state["pairing"]["losses_recorded"]
     with pytest.raises(ValueError, match="no count losses_recorded"):
         a.load_state_dict(state)
-    state = a.state_dict()
+    state = unsealed(a.state_dict())
     state["pairing"]["batches_repeated"] = 1
     with pytest.raises(ValueError, match="unknown count"):
         a.load_state_dict(state)

@@ -1,7 +1,10 @@
 """``EpochSiftingDataloader`` with ``score_table="sharded"`` in one process: each epoch trains
 exactly its plan, losses land in the right slots, a checkpoint resumes exactly (and is
 refused by a loader with the other table), the noise guard works from the summary, and the
-state holds nothing larger than the rank's share. (Several ranks: ``test_elastic.py``.)"""
+state holds nothing larger than the rank's share. (Several ranks: ``test_ranks_in_threads.py``
+and ``test_guard_elastic.py`` as threads, ``test_elastic.py`` under torchrun.)"""
+
+import math
 
 import pytest
 import torch
@@ -86,12 +89,23 @@ def test_a_subset_sampler_is_honoured():
 
 
 def test_the_noise_guard_leaves_out_persistently_hard_samples():
+    """Every sample trains in the warm-up with its fixed loss; those at or above the 0.8
+    quantile of all scores (the lower quantile, as the merged summary reads it: exact here)
+    start a streak of 1 and every sifted epoch leaves exactly them out; they keep their
+    streak (not trained, not reset), the others never reach one."""
     loader = make(noise_guard_epochs=1, noise_guard_quantile=0.8)
-    run(loader)
-    excluded = [h["excluded"] for h in loader.history]
-    assert excluded[0] == 0 and all(e > 0 for e in excluded[2:])
+    seen = run(loader)
+    scores = oracle(torch.arange(N))
+    threshold = torch.sort(scores).values[math.ceil(0.8 * N) - 1]
+    high = {i for i in range(N) if scores[i] >= threshold}
+    assert len(high) == N - math.ceil(0.8 * N) + 1  # distinct scores: a fifth of them
+    assert [h["excluded"] for h in loader.history] == [0] + [len(high)] * (EPOCHS - 1)
+    assert all(not high & set(seen[e]) for e in range(1, EPOCHS))
+    assert len(seen[1]) == loader.history[1]["kept"] == round(0.4 * N)  # the budget from the rest
     streak = loader.guard.streak
-    assert streak.shape[0] == loader.planner.table_size and int((streak >= 1).sum()) > 0
+    assert streak.shape[0] == loader.planner.table_size
+    slots = torch.from_numpy(loader.planner.slots(torch.arange(N).numpy()))
+    assert streak[slots].tolist() == [1 if i in high else 0 for i in range(N)]
 
 
 def test_the_state_holds_one_entry_per_owned_sample_at_most():

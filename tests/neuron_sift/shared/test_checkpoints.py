@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from neuron_sift import EpochSiftingDataloader, Loss, RelativeProbabilisticSiftConfig, SiftingDataloader
 from neuron_sift.shared import checkpoints
-from neuron_sift.shared.checkpoints import StateFormat, require, state_kind
+from neuron_sift.shared.checkpoints import CHECKSUM, StateFormat, content_checksum, require, state_kind
 
 
 @pytest.fixture(autouse=True)
@@ -174,7 +174,130 @@ def test_a_per_batch_state_into_the_epoch_loader():
 
 
 def test_each_kind_still_loads_its_own_state():
-    a, b = per_batch(), per_batch()
-    b.load_state_dict(a.state_dict())
-    c, d = epoch_level(), epoch_level()
-    d.load_state_dict(c.state_dict())
+    """A state taken mid-epoch loads into a new loader of its kind, which then holds the same
+    state (the same checksum: the same content) and yields what the loader it came from yields."""
+
+    def yielded(loader, batches, losses):
+        out = []
+        for (x,) in batches:
+            out.append(x.tolist())
+            if losses:
+                loader.weighted_loss(x.float())
+        return out
+
+    for make, losses in ((per_batch, False), (epoch_level, True)):
+        a, b = make(), make()
+        it = iter(a)
+        first = yielded(a, [next(it)], losses)
+        state = a.state_dict()
+        b.load_state_dict(state)
+        assert b.state_dict()[CHECKSUM] == state[CHECKSUM]
+        rest = yielded(a, it, losses)
+        assert rest and first[0] not in rest
+        assert yielded(b, b, losses) == rest  # the rest of the epoch, not a new one
+        assert yielded(b, b, losses) == yielded(a, a, losses)  # and the next epoch alike
+
+
+# --- the checksum --------------------------------------------------------------------------
+
+CHANGED = r"the state's content does not match its checksum: it was changed after state_dict\(\) wrote it"
+
+
+def test_a_state_carries_the_checksum_of_its_content_and_a_reader_verifies_it():
+    fmt = widget()
+    state = fmt.write({"a": 1, "b": {"x": torch.arange(3), "y": [1.5, "s", None, True]}})
+    assert state[CHECKSUM] == content_checksum(state) and state[CHECKSUM].startswith("sha256:")
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    fmt.read(torch.load(buf, weights_only=True))  # through a file: the same content
+    state["b"]["x"][1] = 7
+    with pytest.raises(
+        ValueError,
+        match="a Widget state: " + CHANGED + r" \(a damaged or truncated file, or a state "
+        r"edited by hand\)",
+    ):
+        fmt.read(state)
+    fmt.read(state, verify=False)  # a reader that only compares fields may skip it
+    del state[CHECKSUM]
+    fmt.read(state)  # a state of a version before checksums: read as before
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda s: s["b"].update(x=s["b"]["x"].to(torch.int32)),  # the dtype
+        lambda s: s["b"].update(x=s["b"]["x"].reshape(1, 3)),  # the shape
+        lambda s: s["b"].update(y=tuple(s["b"]["y"])),  # a list made a tuple
+        lambda s: s["b"]["y"].__setitem__(0, 1),  # a float made an int
+        lambda s: s["b"]["y"].__setitem__(3, 1),  # a bool made an int
+        lambda s: s.update(a=-1),
+        lambda s: s["b"].update(z=None),  # a key added
+    ],
+)
+def test_any_change_of_type_shape_or_value_changes_the_checksum(change):
+    fmt = widget()
+    state = fmt.write({"a": 1, "b": {"x": torch.arange(3), "y": [1.5, "s", None, True]}})
+    change(state)
+    with pytest.raises(ValueError, match=CHANGED):
+        fmt.read(state)
+
+
+def test_the_checksum_does_not_depend_on_the_order_of_keys():
+    x = torch.arange(4.0)
+    assert content_checksum({"a": 1, "b": x}) == content_checksum({"b": x.clone(), "a": 1})
+
+
+def test_a_nested_state_enters_its_holders_checksum_by_its_own():
+    """A wrapper's state holding its loader's: the inner state's bytes are hashed once, when
+    the inner state is written, and verified by its own reader."""
+    inner_fmt, outer_fmt = widget(), StateFormat("Holder", 1, ("inner",))
+    inner = inner_fmt.write({"a": 1, "b": torch.arange(3)})
+    outer = outer_fmt.write({"inner": inner})
+    inner["b"][0] = 9  # changed: its own checksum no longer matches
+    outer_fmt.read(outer)
+    with pytest.raises(ValueError, match=CHANGED):
+        inner_fmt.read(outer["inner"])
+    outer["inner"] = {**inner, CHECKSUM: content_checksum(inner)}  # its checksum changed too: the holder's sees it
+    with pytest.raises(ValueError, match="a Holder state: " + CHANGED):
+        outer_fmt.read(outer)
+
+
+@pytest.mark.parametrize("saved", ["sha256:0", "crc32:1", 5])
+def test_a_checksum_of_another_form_is_refused(saved):
+    state = {**widget().write({"a": 1, "b": 2}), CHECKSUM: saved}
+    with pytest.raises(ValueError, match="checksum"):
+        widget().read(state)
+
+
+def test_a_per_batch_state_changed_on_disk_is_refused(tmp_path):
+    """One flipped bit in a tensor of the file: torch.load reads it without a word, the loader refuses it."""
+    a = per_batch()
+    it = iter(a)
+    next(it)
+    state = a.state_dict()
+    path = tmp_path / "loader.pt"
+    torch.save(state, path)
+    tensors = [t for t in state["sift_state"].values() if t.numel() > 2 and t.is_floating_point()]
+    raw = tensors[0].contiguous().view(torch.uint8).numpy().tobytes()
+    data = bytearray(path.read_bytes())
+    at = data.find(raw)
+    assert at >= 0
+    data[at + tensors[0].element_size() - 1] ^= 0x01
+    path.write_bytes(bytes(data))
+    changed = torch.load(path, weights_only=True)
+    assert any(not torch.equal(changed["sift_state"][k], state["sift_state"][k]) for k in state["sift_state"])
+    with pytest.raises(ValueError, match=CHANGED):
+        per_batch().load_state_dict(changed)
+
+
+def test_a_per_batch_state_of_another_rank_layout_is_refused_saying_each_rank_loads_its_own():
+    state = per_batch().state_dict()
+    state = {**state, "loader": {**state["loader"], "world_size": 2}}
+    del state[CHECKSUM]  # as if a rank of a 2-rank run had written it
+    with pytest.raises(
+        ValueError,
+        match=r"checkpoint was taken on rank 0 of 2 rank\(s\), this loader is rank 0 of 1: each rank loads the state "
+        r"it saved, at the world size it saved it at \(SiftingDataloader does not resume at another world size",
+    ):
+        per_batch().load_state_dict(state)
