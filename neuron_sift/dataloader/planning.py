@@ -13,6 +13,20 @@ from neuron_sift.shared.sources import sampler_info
 from neuron_sift.sift_config.sift_configs import RelativeProbabilisticSiftConfig
 
 
+def check_yields_a_batch(loader: Any) -> None:
+    """Refuse a source that yields no batch per epoch: with ``drop_last`` a sampler shorter
+    than one batch leaves its only, short batch out, and the loop would run zero steps
+    without a word. A source whose length is unknown is not checked."""
+    info = sampler_info(loader)
+    if info is not None and info[2] and info[1] < info[0]:
+        raise ValueError(
+            f"SiftingDataloader: the source DataLoader's sampler yields {info[1]} samples per epoch on this rank, "
+            f"fewer than one batch of {info[0]}, and it has drop_last=True, which leaves a short batch out: every "
+            f"epoch would yield no batch and train nothing. Use drop_last=False, a batch size of at most "
+            f"{max(info[1], 1)}, or more samples"
+        )
+
+
 def source_batch_sizes(loader: Any, batch_size: int | None) -> list[int]:
     """Sizes of the source batches of one epoch, from the source loader's sampler."""
     try:

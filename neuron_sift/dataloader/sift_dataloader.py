@@ -36,7 +36,8 @@ from neuron_sift.dataloader.delay import SiftDelay
 from neuron_sift.dataloader.epoch_iterator import SiftingEpoch
 from neuron_sift.dataloader.notices import drop_notice, nonfinite_notice
 from neuron_sift.dataloader.parts import PassPosition
-from neuron_sift.dataloader.planning import plan_epochs, source_batch_sizes
+from neuron_sift.dataloader.planning import check_yields_a_batch, plan_epochs, source_batch_sizes
+from neuron_sift.dataloader.rank_settings import check_same_on_every_rank
 from neuron_sift.engine.sifter import Sifter
 from neuron_sift.loss.abstract_sift_loss_module import resolve_loss_fn
 from neuron_sift.shared.counts import PhaseTimings
@@ -92,7 +93,7 @@ class SiftingDataloader:
             ``loss`` method.
         TypeError: ``orig_dataloader`` is not iterable, ``model`` is not a module, or an
             argument has the wrong type.
-        ValueError: an unknown backend, or one that cannot run on the model's device.
+        ValueError: an unknown backend or one the model's device cannot run, or other settings on other ranks.
         LossOutputException: while iterating, the loss did not return one floating value per
             sample on the model's device.
         UnsupportedDataFormatException: while iterating, a batch the default handling cannot
@@ -143,6 +144,8 @@ class SiftingDataloader:
         # The parts, each with its own state_dict (checkpoint.py composes them).
         coordinated = self.ranks.active and self.sift_config.selection_mode == "probabilistic"
         self.agreement = EmissionAgreement(self.ranks, coordinated, self.sift_config.beta_value, max_pending)
+        check_same_on_every_rank(self.sift_config, self._planning_loader, self._batch_size, max_pending, self.ranks)
+        check_yields_a_batch(self._planning_loader)  # after the agreement: every rank refuses together
         base = self.sift_config.base_config
         self.delay = SiftDelay(base.sift_delay, base.repeat_delay_per_epoch)
         self.pending: PendingStore | None = None  # made by the backend at the first scored batch

@@ -26,22 +26,22 @@ import torch
 from neuron_sift.backends import BACKEND_NAMES, resolve_backend
 from neuron_sift.backends.base import Backend
 from neuron_sift.epoch.checkpoint import FORMAT as STATE_FORMAT
-from neuron_sift.epoch.checkpoint import STATE_VERSION
+from neuron_sift.epoch.checkpoint import STATE_VERSION, check_state
 from neuron_sift.epoch.guard import NoiseGuard, quantile_of_table
 from neuron_sift.epoch.history import EpochHistory
 from neuron_sift.epoch.opening import EpochOpener
 from neuron_sift.epoch.pairing import PairingQueue, as_per_sample
 from neuron_sift.epoch.planner import EpochPlan, EpochPlanner
 from neuron_sift.epoch.progress import EpochProgress
+from neuron_sift.epoch.rank_settings import check_same_on_every_rank, plan_seed, plan_settings
 from neuron_sift.epoch.report import epoch_report
-from neuron_sift.epoch.reshard import reshard
-from neuron_sift.epoch.sampling import check_same_on_every_rank, read_sampling
+from neuron_sift.epoch.reshard import own_state, reshard
+from neuron_sift.epoch.sampling import read_sampling
 from neuron_sift.epoch.sharded import OwnedShares, ShardedPlanner
 from neuron_sift.epoch.shares import RankShares
-from neuron_sift.epoch.source import PlannedBatchSampler, inspect_source, rebuild
+from neuron_sift.epoch.source import PlannedBatchSampler, check_planned_counts, inspect_source, rebuild
 from neuron_sift.epoch.tables import ScoreTables
 from neuron_sift.exceptions import LossOutputException
-from neuron_sift.shared.logs import seed63
 from neuron_sift.shared.ranks import RankGroup
 from neuron_sift.sift_config.epoch_config import coerce_epoch_config
 
@@ -80,7 +80,8 @@ class EpochSiftingDataloader:
             or its sampler is a ``WeightedRandomSampler`` or yields something other than indices.
         ValueError: an empty dataset, ``num_epochs`` or ``lookahead`` not an int >= 1, an
             unknown backend, or a sampler a plan cannot honour (with replacement, repeated or
-            out-of-range indices, another world size, different on each rank: ``sampling.py``).
+            out-of-range indices, another world size: ``sampling.py``), or settings that differ
+            between ranks (every rank raises, naming each: ``rank_settings.py``).
     """
 
     def __init__(
@@ -110,24 +111,14 @@ class EpochSiftingDataloader:
         self.ranks = RankGroup(distributed, dev if dev is not None else torch.device("cpu"))
         # The samples the user's sampler can yield, and its order: plans never widen them.
         self.sampling = read_sampling(self._info.dataloader, self.n, self.ranks.world_size)
-        check_same_on_every_rank(self.sampling, self.ranks)
-        seed = self.sift_config.seed
-        if seed is None:
-            seed = self._info.generator_seed if self._info.generator_seed is not None else torch.initial_seed()
+        seed = plan_seed(self.sift_config, self._info.generator_seed)
+        common = (self.sift_config, self.n, self._info.batch_size, self._info.drop_last, seed, num_epochs)
+        # What decides the plans must be the same on every rank: one all-gather, refused on every rank.
+        check_same_on_every_rank(plan_settings(*common, self.sampling), self.ranks)
         sharded = self.sift_config.score_table == "sharded"
-        settings = (
-            self.sift_config,
-            self.n,
-            self._info.batch_size,
-            self._info.drop_last,
-            seed63(seed),
-            num_epochs,
-            self.ranks.world_size,
-            self.ranks.rank,
-            self.sampling.support,
-            self.sampling.ordered,
-        )
+        settings = (*common, self.ranks.world_size, self.ranks.rank, self.sampling.support, self.sampling.ordered)
         self.planner = ShardedPlanner(*settings, ranks=self.ranks) if sharded else EpochPlanner(*settings)
+        check_planned_counts(self.planner)  # after the settings agreement: every rank refuses together
         self.tables = ScoreTables(self.planner.table_size)
         self.backend: Backend | None = None
         if dev is not None:
@@ -346,8 +337,8 @@ class EpochSiftingDataloader:
                 read, or one taken with other settings.
         """
         state = STATE_FORMAT.read(state)
-        self.pairing.check_state(state["pairing"])
-        self.planner.load_state_dict(state["planner"])  # refuses another setup before any change
+        check_state(state, self.planner)  # every part checks its own state before any part changes
+        self.planner.load_state_dict(state["planner"])
         self.progress.load_state_dict(state["progress"])
         self.planner.host_guests(self.progress.plan)  # a sharded table of a resumed epoch hosts other ranks' samples
         self.tables.resize(self.planner.table_size)
@@ -370,12 +361,8 @@ class EpochSiftingDataloader:
             ValueError: not every rank's state of one run at one step, or an epoch in
                 progress with fewer samples left than ranks.
         """
-        if len(states) == self.planner.world_size:
-            ranks = [int(STATE_FORMAT.read(s)["planner"]["rank"]) for s in states]
-            if sorted(ranks) == list(range(len(states))):
-                self.load_state_dict(states[ranks.index(self.planner.rank)])
-                return
-        self.load_state_dict(reshard(states, self.planner))
+        own = own_state(states, self.planner)  # at this world size: this rank's, the states checked to be at one step
+        self.load_state_dict(own if own is not None else reshard(states, self.planner))
 
     # -- inspection ----------------------------------------------------------------------
 

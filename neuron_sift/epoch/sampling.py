@@ -35,7 +35,6 @@ from torch.utils.data import (
     WeightedRandomSampler,
 )
 
-from neuron_sift.shared.ranks import RankGroup
 from neuron_sift.shared.sources import batch_settings
 
 _SUBSET_HINT = (
@@ -58,27 +57,9 @@ class Sampling:
 
 def support_checksum(support: np.ndarray | None) -> int | None:
     """The CRC-32 of a support's sorted int64 ids (None: every sample): the one checksum of
-    the samples a plan may draw, checked across ranks and named in every checkpoint."""
+    the samples a plan may draw, checked across ranks (``rank_settings.py``) and named in
+    every checkpoint."""
     return None if support is None else zlib.crc32(support.astype("<i8").tobytes())
-
-
-def check_same_on_every_rank(sampling: Sampling, ranks: RankGroup) -> None:
-    """Refuse samplers that differ between ranks (a per-rank shard of a subset): every rank
-    must plan the same global epoch, and the loader shards it itself. One all-gather of three
-    int64 at construction under data parallelism, on every rank whatever its sampler (a
-    check skipped on some ranks only would leave the others waiting in the collective)."""
-    if not ranks.active:
-        return
-    checksum = support_checksum(sampling.support)
-    row = [-1 if checksum is None else checksum, sampling.size(-1), int(sampling.ordered)]
-    rows = ranks.all_gather_rows(torch.tensor([row], dtype=torch.int64)).reshape(-1, 3)
-    if not bool((rows == rows[0]).all()):
-        raise ValueError(
-            "the source loader's sampler yields a different set of samples (or order) on each rank, e.g. a "
-            "per-rank shard; EpochSiftingDataloader shards each epoch's plan over the ranks itself: give every "
-            "rank the same sampler over all the samples to train (a SubsetRandomSampler with the same indices, "
-            "or a Subset with shuffle=True)"
-        )
 
 
 def read_sampling(loader: "DataLoader[Any]", n: int, world_size: int) -> Sampling:

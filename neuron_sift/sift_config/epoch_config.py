@@ -42,13 +42,21 @@ class EpochSiftConfig:
       ``q`` is the share of scores below their mean (more than half when the losses are
       skewed right, as training losses usually are: a few large ones lift the mean).
 
-    ``kept_share`` (the budget form, either policy; None: off): every sifted epoch trains
-    on exactly ``round(kept_share * N)`` samples of the ``N`` in the dataset. The policy's
-    probabilities are scaled by one common factor (capped at 1) so they sum to that count,
-    and the kept set is drawn with exactly those probabilities (systematic sampling), so
-    ``len()`` and the whole schedule length are exact. Without a budget the kept count is
-    the expected count ``sum(p)`` rounded to whole batches (the probabilities scaled by the
-    same small factor), so no sifted epoch ends with a short batch.
+    ``kept_share`` (the budget form, either policy; None: off): every sifted epoch keeps
+    exactly ``k`` of the ``M`` samples the source's sampler yields (the dataset's ``N``
+    unless a sampler restricts it): ``kept_share * M`` rounded half up
+    (``floor(kept_share * M + 0.5)``, so 0.5 becomes 1 where Python's ``round`` gives 0),
+    then down to a multiple of the ``W`` data-parallel ranks (equal shares), and at least
+    one sample per rank. A budget of 0.01 on 50 samples keeps 1 (a share of 0.02); 0.5 of
+    45 keeps 23; at 4 ranks, 20. With ``drop_last`` each rank trains its share cut to whole
+    batches. The loader logs a warning when the share trained differs from ``kept_share``
+    by more than a fifth of it, and refuses a budget that leaves a rank less than one whole
+    batch with ``drop_last``. The policy's probabilities are scaled by one common factor
+    (capped at 1) so they sum to ``k``, and the kept set is drawn with exactly those
+    probabilities (systematic sampling), so ``len()`` and the whole schedule length are
+    exact. Without a budget the kept count is the expected count ``sum(p)`` rounded to
+    whole batches (the probabilities scaled by the same small factor), so no sifted epoch
+    ends with a short batch.
 
     ``warmup_epochs`` (default 1): the first epochs train on every sample, unit weights
     (they record the first scores). ``anneal_fraction`` (default 0.125): the last
