@@ -21,6 +21,14 @@ What it does to ``trainer`` (nothing else is patched; the patch is one mode's ho
   (``trainer.epoch_sifting_stream`` the ``ExactLengthLoader``); with ``log_metrics=True``
   every training log carries ``epoch_sifting/<scalar>`` (``neuron_sift.metrics.collect_metrics``),
   reaching every ``report_to`` (TensorBoard too).
+- The run's length is the plan's (``epoch_run_length``): ``num_train_epochs`` must be a whole
+  number >= 1; a ``max_steps`` beyond the plan's optimizer steps is refused, one inside it
+  stops the Trainer there (with a warning naming what is left out).
+- The data-parallel world is the Trainer's (``trainer_ranks``): where the Trainer trains
+  each process on its own although ``torch.distributed`` has several ranks (accelerate's
+  ``DistributedType.NO`` under ``torchrun``), every process plans and trains the whole
+  epoch, as the Trainer does without sifting; where it shards the data, the plan is
+  sharded over the same ranks; a disagreement is refused naming both.
 - Checkpoints: a ``TrainerCallback`` writes the stream's ``state_dict()`` into each
   checkpoint folder the Trainer saves (``state_file(rank)``), and ``trainer.train`` is
   wrapped so that ``resume_from_checkpoint`` restores it into the new stream. Only
@@ -44,8 +52,10 @@ import torch
 import torch.nn.functional as F
 
 from neuron_sift.epoch.loader import EpochSiftingDataloader
-from neuron_sift.integrations.exact_length import ExactLengthLoader, read_state
+from neuron_sift.integrations.epoch_run_length import check_max_steps, check_within_plan, planned_epochs
+from neuron_sift.integrations.exact_length import STATE_FORMAT, ExactLengthLoader, read_state
 from neuron_sift.integrations.trainer_patch import HookSet, install, log_hook, original, require_trainer
+from neuron_sift.integrations.trainer_ranks import trainer_distributed
 from neuron_sift.sift_config.epoch_config import coerce_epoch_config
 
 logger = logging.getLogger(__name__)
@@ -86,7 +96,9 @@ def restore_at_epoch_end(stream: ExactLengthLoader, state: Any) -> None:
             f"batches the sifting plan must replay. Save with save_strategy='epoch' (or save_steps a multiple "
             f"of the optimizer steps per epoch) and resume from such a checkpoint"
         )
-    stream.load_state_dict({**state, "epoch_yielded": None})
+    # The checkpoint was verified by read_state(); the epoch it ended is closed here, and the
+    # state holding that change is written (and sealed) anew rather than edited by hand.
+    stream.load_state_dict(STATE_FORMAT.write({**{p: state[p] for p in STATE_FORMAT.parts}, "epoch_yielded": None}))
 
 
 def per_sample_classification(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -131,16 +143,24 @@ def enable_epoch_sifting(
         raise ValueError(
             f"per_sample_loss must be 'classification', 'causal_lm', a callable or None, got {per_sample_loss!r}"
         )
+    planned_epochs(trainer.args.num_train_epochs)  # fail now, not at train()
     resume: dict[str, str | None] = {"path": None}  # the checkpoint the current train() resumes from
 
     def get_train_dataloader() -> ExactLengthLoader:
+        args = trainer.args
+        epochs = planned_epochs(args.num_train_epochs)
         prepared = original(trainer, "get_train_dataloader")()
-        epochs = max(1, int(round(trainer.args.num_train_epochs)))
-        loader = EpochSiftingDataloader(config, prepared, num_epochs=epochs, backend=backend)
+        distributed = trainer_distributed(trainer, prepared)
+        loader = EpochSiftingDataloader(config, prepared, num_epochs=epochs, backend=backend, distributed=distributed)
         trainer.epoch_sifting_dataloader = loader
         # The planner's count is the one source of the run's length: the Trainer's max_steps
         # and schedule then end where the plans end.
         stream = ExactLengthLoader(loader, epochs=epochs)
+        stops_early = check_max_steps(
+            args.max_steps, stream.steps_per_epoch, epochs, int(args.gradient_accumulation_steps)
+        )
+        if stops_early is not None:
+            logger.warning("enable_epoch_sifting: %s", stops_early)
         if resume["path"] is not None:
             restore_at_epoch_end(stream, _load_stream_state(resume["path"], loader.ranks.rank))
         trainer.epoch_sifting_stream = stream
@@ -159,6 +179,7 @@ def enable_epoch_sifting(
             return original(trainer, "compute_loss")(
                 model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
             )
+        check_within_plan(loader)
         forward = {k: v for k, v in inputs.items() if k != "labels"}
         outputs = model(**forward)
         loss = loader.weighted_loss(_per_sample(per_sample_loss, outputs, inputs))

@@ -18,6 +18,12 @@ set_epochs=None)``, with the same call. What it does to ``trainer``:
   number of steps even in ``probabilistic`` mode. The run takes ``num_train_epochs *
   len()`` batches, within ``num_train_epochs / 2`` of the planned batches of
   ``num_train_epochs`` passes.
+- The ranks the loader coordinates over are the Trainer's data-parallel ranks
+  (``trainer_ranks``): where the Trainer trains each process on its own although
+  ``torch.distributed`` has several ranks (accelerate's ``DistributedType.NO`` under
+  ``torchrun``), each process sifts as a one-process run would (the same draws in every
+  process, as the Trainer trains without sifting); where it shards the data, the ranks
+  agree on their steps; a disagreement between the two is refused naming both.
 - ``trainer.sifting_dataloader`` is the ``SiftingDataloader`` of the current ``train()``
   (None before), for ``counts``, ``metrics()`` and ``neuron_sift.metrics.collect_metrics``.
 - With ``log_metrics=True`` (default), every training log of the Trainer (each
@@ -46,6 +52,7 @@ from typing import Any
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
 from neuron_sift.integrations.schedules import ExactLengthLoader, batches_per_epoch, round_half_up
 from neuron_sift.integrations.trainer_patch import HookSet, install, log_hook, original, require_trainer
+from neuron_sift.integrations.trainer_ranks import trainer_distributed
 from neuron_sift.loss.abstract_sift_loss_module import resolve_loss_fn
 from neuron_sift.shared.sources import batch_settings, underlying_dataloader
 from neuron_sift.sift_config.sift_configs import coerce_sift_config
@@ -187,6 +194,7 @@ def enable_sifting(
 
     def get_train_dataloader():
         prepared = original(trainer, "get_train_dataloader")()
+        distributed = trainer_distributed(trainer, prepared)
         try:
             source = TrainerSource(prepared)
         except TypeError:  # no length (an IterableDataset): the Trainer then needs max_steps
@@ -200,6 +208,7 @@ def enable_sifting(
             log_batch_data=log_batch_data,
             batch_format_index=batch_format_index,
             backend=backend,
+            distributed=distributed,
         )
         trainer.sifting_dataloader = sifting
         if source is None:

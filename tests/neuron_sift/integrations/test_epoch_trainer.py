@@ -71,20 +71,32 @@ def stream(per_epoch=4):
     return loader, ExactLengthLoader(loader, per_epoch)
 
 
+def yielded(per_epoch, batches):
+    """The state of a stream of ``per_epoch`` batches per epoch after ``batches`` of its first epoch."""
+    _, s = stream(per_epoch)
+    it = iter(s)
+    for _ in range(batches):
+        next(it)
+    return s.state_dict()
+
+
 def test_the_stream_state_refuses_another_run():
     loader, s = stream(4)
     state = s.state_dict()
     assert state["kind"] == "ExactLengthLoader" and state["epoch_yielded"] is None and state["steps_per_epoch"] == 4
+    another_run = yielded(3, 0)  # a run planning 3 batches per Trainer epoch
     with pytest.raises(ValueError, match="had 3 batches per Trainer epoch, this one plans 4"):
-        restore_at_epoch_end(s, {**state, "steps_per_epoch": 3})
+        restore_at_epoch_end(s, another_run)
     with pytest.raises(ValueError, match="taken 2 of 4 batches into an epoch"):
-        restore_at_epoch_end(s, {**state, "epoch_yielded": 2})
+        restore_at_epoch_end(s, yielded(4, 2))
     with pytest.raises(ValueError, match="not an ExactLengthLoader state: it comes from EpochSiftingDataloader"):
         restore_at_epoch_end(s, loader.state_dict())
     with pytest.raises(ValueError, match="checkpoint has steps_per_epoch=3 but this loader has 4"):
-        s.load_state_dict({**state, "steps_per_epoch": 3})
+        s.load_state_dict(another_run)
     restore_at_epoch_end(s, state)
-    restore_at_epoch_end(s, {**state, "epoch_yielded": 4})  # the epoch's last batch yielded: a new epoch follows
+    epoch_end = yielded(4, 4)  # the epoch's last batch yielded: a new epoch follows
+    assert epoch_end["epoch_yielded"] == 4
+    restore_at_epoch_end(s, epoch_end)
     assert len(s) == 4
 
 

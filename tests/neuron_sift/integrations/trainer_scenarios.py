@@ -2,7 +2,7 @@
 test_trainer.py and test_epoch_trainer.py (see ``trainer_harness.py`` for why). Prints one
 JSON object: scenario name -> observations.
 
-    python -m tests.neuron_sift.integrations.trainer_scenarios sifting|epoch|switch cpu|xla|resume
+    python -m tests.neuron_sift.integrations.trainer_scenarios sifting|epoch|switch cpu|xla|resume|lengths
 """
 
 import os
@@ -235,6 +235,45 @@ def epoch_resume(out):
     return {"resume": result}
 
 
+def epoch_lengths(out):
+    """The run's length against the plan (64 samples, batch 8, kept share 0.5, 4 epochs: plans
+    of 8, 4, 4 and 8 batches, 24 optimizer steps): max_steps inside the plan stops there,
+    max_steps equal to the plan is the plan, max_steps beyond it and a fractional
+    num_train_epochs are refused before any step."""
+    import logging
+
+    warnings = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: warnings.append(record.getMessage())
+    logging.getLogger("neuron_sift.integrations.epoch_trainer").addHandler(handler)
+
+    def run(**arguments):
+        warnings.clear()
+        data = ToyTextDataset(n=64)
+        trainer = make_trainer(out, model=TinyTextClassifier(), data=data, logging_steps=500, **arguments)
+        enable_epoch_sifting(trainer, EPOCH_CONFIG, TrainedIds(data))
+        try:
+            trainer.train()
+        except ValueError as e:
+            return {"refused": str(e), "global_step": trainer.state.global_step}
+        kinds = [e["kind"] for e in trainer.epoch_sifting_dataloader.metrics()["epochs"]]
+        return {"global_step": trainer.state.global_step, "kinds": kinds, "warnings": list(warnings)}
+
+    results = {
+        "within": run(num_train_epochs=4, max_steps=10),
+        "whole_plan": run(num_train_epochs=4, max_steps=24),
+        "beyond": run(num_train_epochs=4, max_steps=30),
+        "beyond_with_accumulation": run(num_train_epochs=4, max_steps=13, gradient_accumulation_steps=2),
+    }
+    try:
+        trainer = make_trainer(out, model=TinyTextClassifier(), data=ToyTextDataset(n=64), num_train_epochs=2.5)
+        enable_epoch_sifting(trainer, EPOCH_CONFIG)
+        results["fractional"] = None
+    except ValueError as e:
+        results["fractional"] = str(e)
+    return {"lengths": results}
+
+
 # -- one mode after the other: the later one replaces the earlier -----------------------------
 
 
@@ -284,6 +323,7 @@ SCENARIOS = {
     ("epoch", "cpu"): epoch_cpu,
     ("epoch", "xla"): epoch_xla,
     ("epoch", "resume"): epoch_resume,
+    ("epoch", "lengths"): epoch_lengths,
     ("switch", "cpu"): switch_cpu,
 }
 
