@@ -148,9 +148,10 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=15, gamma=0.7)
     ckpt_dir = args.ckpts or os.path.join(args.out, "ckpts")
-    found = recipe["newest_common_step"](ckpt_dir)
+    found = recipe["newest_complete_checkpoint"](ckpt_dir)
     resumed_from = found[0] if found else 0  # where the recipe's loop will start
-    on_disk = recipe["_steps_on_disk"](ckpt_dir, rank, world)  # this rank's checkpoints at the start
+    files = recipe["checkpoints_on_disk"](ckpt_dir)
+    on_disk = sorted(s for (s, w), ranks in files.items() if w == world and rank in ranks)  # this rank's, at the start
 
     if args.mode == "epoch":
         source = DataLoader(data, batch_size=args.batch_size, shuffle=True)

@@ -32,7 +32,7 @@ def recipe(tmp_path) -> str:
     path.write_text(
         "\n\n".join(
             [
-                example("Checkpoint files: per rank, atomic, newest common step"),
+                example("Checkpoint files: per rank, atomic, newest complete checkpoint"),
                 example("The loop: EpochSiftingDataloader"),
                 example("The loop: SiftingDataloader"),
             ]
