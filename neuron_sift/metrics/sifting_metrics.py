@@ -169,14 +169,16 @@ def write_tensorboard(metrics: Any, writer: Any, global_step: int | None = None,
     ``global_step`` defaults to the batches emitted (per-batch) or recorded (epoch).
     ``metrics``: a snapshot or anything ``collect_metrics`` reads. Needs the ``tensorboard``
     package only when given a directory. Returns the snapshot.
+
+    Raises:
+        ImportError: given a directory without the ``tensorboard`` package (the message
+            says how to install it, or to pass a writer instead).
     """
     metrics = _snapshot(metrics)
     step = metrics.step if global_step is None else int(global_step)
     own = isinstance(writer, (str, os.PathLike))
     if own:
-        from torch.utils.tensorboard import SummaryWriter
-
-        writer = SummaryWriter(log_dir=os.fspath(writer))
+        writer = _summary_writer(os.fspath(writer))
     try:
         scalars = metrics.scalars(metrics.default_prefix if prefix is None else prefix)
         for name, value in scalars.items():
@@ -186,3 +188,16 @@ def write_tensorboard(metrics: Any, writer: Any, global_step: int | None = None,
             writer.flush()
             writer.close()
     return metrics
+
+
+def _summary_writer(log_dir: str) -> Any:
+    """A ``SummaryWriter`` on ``log_dir``, or an ImportError that names the missing package:
+    torch's own is a bare ``No module named 'tensorboard'`` from inside torch."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as exc:
+        raise ImportError(
+            f"write_tensorboard to a log directory ({log_dir!r}) needs the tensorboard package: pip install "
+            f"tensorboard; or pass a writer with add_scalar(tag, value, step) instead of a directory ({exc})"
+        ) from exc
+    return SummaryWriter(log_dir=log_dir)

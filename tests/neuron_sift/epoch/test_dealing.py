@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader, SubsetRandomSampler
 
 from neuron_sift import EpochSiftingDataloader
 from neuron_sift.epoch.dealing import deal_rest
+from neuron_sift.shared.checkpoints import CHECKSUM, content_checksum
 from tests.neuron_sift.epoch.helpers import IdDataset, ids_of, oracle_loss
 
 
@@ -54,30 +55,36 @@ def make_loader(kind="shuffle", n=40):
     return EpochSiftingDataloader({"seed": 3, "kept_share": 0.5}, dl, num_epochs=4)
 
 
-def state_in_a_sifted_epoch(kind="shuffle"):
-    """A loader's state two batches into its first sifted epoch."""
+def state_in_a_sifted_epoch(kind="shuffle", epoch=1):
+    """A loader's state two batches into sifted epoch ``epoch`` (the first by default)."""
     loader = make_loader(kind)
-    for epoch in range(2):
+    for e in range(epoch + 1):
         for n, (x, _y) in enumerate(loader):
             loader.weighted_loss(oracle_loss(x))
-            if epoch == 1 and n == 1:
+            if e == epoch and n == 1:
                 break
     return loader.state_dict()
 
 
+def train_epochs(loader, epochs):
+    """``epochs`` iterations of ``loader``: per epoch, each batch's ids and weighted loss."""
+    out = []
+    for _ in range(epochs):
+        out.append([(ids_of(x), float(loader.weighted_loss(oracle_loss(x)))) for x, _y in loader])
+    return out
+
+
 def test_the_states_of_one_process_at_its_own_world_size_resume_exactly():
-    state = state_in_a_sifted_epoch()
-    rest_expected = [ids_of(x) for x, _ in _resume(state, loader_states=None)]
-    assert [ids_of(x) for x, _ in _resume(state, loader_states=[state])] == rest_expected
-
-
-def _resume(state, loader_states):
-    loader = make_loader()
-    if loader_states is None:
-        loader.load_state_dict(state)
-    else:
-        loader.load_state_dict_from_ranks(loader_states)
-    return list(loader)
+    """One process's state, handed over as "every rank's" at world size 1, resumes as the
+    uninterrupted run goes on: the same batches, with the same weights (the weighted losses,
+    one computation on one device), to the end of the run."""
+    uninterrupted = make_loader()
+    whole = train_epochs(uninterrupted, 4)
+    resumed = make_loader()
+    resumed.load_state_dict_from_ranks([state_in_a_sifted_epoch()])  # two batches into epoch 1
+    rest = train_epochs(resumed, 3)  # the rest of epoch 1, then epochs 2 and 3
+    assert rest == [whole[1][2:], whole[2], whole[3]]
+    assert resumed.counts == uninterrupted.counts  # the losses and batches recorded before the resume count too
 
 
 def test_states_that_are_not_every_rank_of_one_run_are_refused():
@@ -89,14 +96,19 @@ def test_states_that_are_not_every_rank_of_one_run_are_refused():
         make_loader().load_state_dict_from_ranks([state, state])
     with pytest.raises(ValueError, match="got none"):
         make_loader().load_state_dict_from_ranks([])
-    two = [dict(state, planner={**state["planner"], "world_size": 2, "rank": r}) for r in range(2)]
-    two[1]["planner"]["seed"] = 99
+    two = as_two_ranks(state_in_a_sifted_epoch(), position=1)  # two ranks of one run at one step
+    other_seed = sealed({**two[1], "planner": {**two[1]["planner"], "seed": 99}})
     with pytest.raises(ValueError, match="different runs: seed differs"):
-        make_loader().load_state_dict_from_ranks(two)
-    two[1]["planner"]["seed"] = two[0]["planner"]["seed"]
-    two[1]["progress"] = {**two[1]["progress"], "epochs_started": 5}
+        make_loader().load_state_dict_from_ranks([two[0], other_seed])
+    later = as_two_ranks(state_in_a_sifted_epoch(epoch=2), position=1)[1]  # rank 1 one epoch on
     with pytest.raises(ValueError, match="different epochs"):
-        make_loader().load_state_dict_from_ranks(two)
+        make_loader().load_state_dict_from_ranks([two[0], later])
+
+
+def sealed(state):
+    """A state built by a test, with the checksum ``state_dict()`` would have written for it
+    (a state edited after it was written is refused as damaged)."""
+    return {**state, CHECKSUM: content_checksum(state)}
 
 
 def as_two_ranks(state, position, in_progress=True):
@@ -108,13 +120,15 @@ def as_two_ranks(state, position, in_progress=True):
         mine = torch.zeros(40, dtype=torch.bool)
         mine[plan["order"][r::2]] = True
         two.append(
-            {
-                **state,
-                "in_progress": in_progress,
-                "planner": {**state["planner"], "world_size": 2, "rank": r},
-                "progress": {**state["progress"], "position": position, "in_progress": in_progress},
-                "shares": {"mine": mine, "carried": torch.zeros(40, dtype=torch.bool)},
-            }
+            sealed(
+                {
+                    **state,
+                    "in_progress": in_progress,
+                    "planner": {**state["planner"], "world_size": 2, "rank": r},
+                    "progress": {**state["progress"], "position": position, "in_progress": in_progress},
+                    "shares": {"mine": mine, "carried": torch.zeros(40, dtype=torch.bool)},
+                }
+            )
         )
     return two
 

@@ -206,6 +206,7 @@ def test_mean_and_max_weight_are_those_of_the_trained_samples():
     """The weight ``weighted_loss`` applies to each sample, read from its gradient
     (``w_i / n``), averaged and maximised over the epoch: what ``metrics()`` reports."""
     loader = loader_over(120, batch=10, cfg={"seed": 5, "beta_value": 2.0}, epochs=5)
+    measured = []  # (mean, max) of the weights applied in each epoch
     for epoch in range(3):
         applied = []
         for x, _y in loader:
@@ -213,12 +214,18 @@ def test_mean_and_max_weight_are_those_of_the_trained_samples():
             loader.weighted_loss(losses).backward()
             applied.append(losses.grad * len(losses))
         w = torch.cat(applied)
+        measured.append((float(w.mean()), float(w.max())))
         m = loader.metrics()
-        assert m["mean_weight"] == pytest.approx(float(w.mean()), rel=1e-5)
-        assert m["max_weight"] == pytest.approx(float(w.max()), rel=1e-5)
-        assert m["epochs"][-1]["mean_weight"] == m["mean_weight"]
+        assert m["mean_weight"] == pytest.approx(measured[-1][0], rel=1e-5)
+        assert m["max_weight"] == pytest.approx(measured[-1][1], rel=1e-5)
+        # The history keeps every epoch's own weights, each entry those applied in its epoch.
+        assert [e["epoch"] for e in m["epochs"]] == list(range(epoch + 1))
+        assert [(e["mean_weight"], e["max_weight"]) for e in m["epochs"]] == [
+            (pytest.approx(mean, rel=1e-5), pytest.approx(top, rel=1e-5)) for mean, top in measured
+        ]
         if epoch > 0:
             assert m["epoch_kind"] == "sift" and m["mean_weight"] > 1.0
+    assert measured[1] != measured[2]  # two sifted epochs with weights of their own: the entries can tell them apart
 
 
 # -- the merge over data-parallel ranks (two ranks simulated by threads) ------------------

@@ -16,36 +16,49 @@ from tests.neuron_sift.epoch.helpers import small_parts
 
 
 def train(model, opt, loader, epochs, each=None):
+    """Train ``epochs`` epochs; returns the samples the loop trained in each."""
+    counted = []
     for _ in range(epochs):
+        counted.append(0)
         for xb, yb in loader:
             if each is not None:
                 each()
+            counted[-1] += len(yb)
             loss = loader.weighted_loss(F.cross_entropy(model(xb), yb, reduction="none"))
             opt.zero_grad()
             loss.backward()
             opt.step()
+    return counted
 
 
 @pytest.fixture(scope="module")
-def trained():
+def run():
+    """The trained loader and the samples its loop trained in each of 4 epochs."""
     model, opt, loader = small_parts()
-    train(model, opt, loader, 4)
-    return loader
+    return loader, train(model, opt, loader, 4)
 
 
-def test_metrics_surface_log_lines_and_tensorboard(trained, tmp_path, caplog):
-    loader = trained
+@pytest.fixture(scope="module")
+def trained(run):
+    return run[0]
+
+
+def test_metrics_surface_log_lines_and_tensorboard(run, tmp_path, caplog):
+    loader, counted = run
     snap = collect_metrics(loader)
     assert isinstance(snap, EpochSiftingMetrics)
     s = snap.scalars("p/")
     assert s["p/scores_recorded"] == 256 and s["p/num_nonfinite_losses"] == 0
-    assert s["p/observed_kept_share"] == s["p/kept_share"] == 0.5  # the measured share, and its alias
-    assert snap.observed_kept_share == snap.kept_share == 0.5
+    assert counted == [256, 128, 128, 128]  # a full epoch, then budgets of 0.5
+    observed = counted[-1] / 256  # the share the loop trained in the last epoch, counted by the loop
+    assert s["p/observed_kept_share"] == observed and snap.observed_kept_share == observed
+    assert s["p/kept_share"] == snap.kept_share == observed  # the alias reports it too
     assert "p/epoch" in s and s["p/planning_seconds"] > 0
     kept = 1 / loader.plan.inclusion[loader.plan.order]  # the last epoch's weights: 1 / keep probability
     assert s["p/mean_weight"] == pytest.approx(float(kept.mean()), rel=1e-6) and s["p/mean_weight"] > 1
     assert s["p/max_weight"] == pytest.approx(float(kept.max()), rel=1e-6)
-    assert [e["kept_share"] for e in snap.epochs] == [1.0, 0.5, 0.5, 0.5]
+    assert [e["observed_kept_share"] for e in snap.epochs] == [c / 256 for c in counted]
+    assert [e["kept_share"] for e in snap.epochs] == [c / 256 for c in counted]
     assert snap.as_dict()["epochs"] == snap.epochs and snap.as_dict()["scores_recorded"] == 256
     with caplog.at_level("INFO", logger="neuron_sift.epoch.loader"):
         assert isinstance(log_metrics(loader), EpochSiftingMetrics)
@@ -60,7 +73,6 @@ def test_metrics_surface_log_lines_and_tensorboard(trained, tmp_path, caplog):
     write_tensorboard(loader, Writer())
     assert dict((t, v) for t, v, _ in Writer.calls) == snap.scalars("epoch_sifting/")  # the mode's prefix
     assert {step for _, _, step in Writer.calls} == {loader.counts["batches_recorded"]}
-    pytest.importorskip("tensorboard")
     write_tensorboard(snap, str(tmp_path), global_step=3)
     assert any(f.startswith("events") for f in os.listdir(tmp_path))
     with pytest.raises(TypeError, match="no SiftingDataloader or EpochSiftingDataloader"):

@@ -2,11 +2,13 @@
 lack, and which seconds count as sifting's own."""
 
 import logging
+import time
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
+from neuron_sift.shared import counts as counts_module
 from neuron_sift.shared.counts import CountSet, PhaseTimings
 
 
@@ -72,9 +74,34 @@ def test_record_adds_seconds_and_calls_per_phase(timings):
     assert timings.as_dict() == {"sift": {"seconds": 0.75, "calls": 2}, "planning": {"seconds": 1.0, "calls": 1}}
 
 
-def test_run_returns_what_the_phase_returns_and_times_it(timings):
-    assert timings.run("sift", lambda a, b: a + b, 2, 3) == 5
-    assert timings.as_dict()["sift"]["calls"] == 1 and timings.seconds("sift") >= 0.0
+class Clock:
+    """A ``perf_counter`` that only the phase moves: the seconds a phase took are known exactly."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def perf_counter(self):
+        return self.now
+
+
+def test_run_returns_what_the_phase_returns_and_times_it(timings, monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(counts_module, "time", clock)
+
+    def phase(seconds, a, b):
+        clock.now += seconds  # the phase's own time
+        return a + b
+
+    clock.now += 7.0  # time before the phase is not the phase's
+    assert timings.run("sift", phase, 0.25, 2, 3) == 5
+    clock.now += 3.0  # nor time after it
+    assert timings.run("sift", phase, 0.5, 1, 1) == 2
+    assert timings.as_dict()["sift"] == {"seconds": 0.75, "calls": 2}
+
+
+def test_run_times_a_phase_on_the_real_clock(timings):
+    assert timings.run("sift", time.sleep, 0.02) is None
+    assert timings.seconds("sift") >= 0.02  # at least the time the phase slept
 
 
 def test_machinery_seconds_leave_out_the_users_scoring_forward(timings):
