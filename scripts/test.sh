@@ -13,7 +13,8 @@
 # Side by side, each leg's output is printed whole when the leg ends.
 # Disk: each leg's environment holds a CUDA build of torch (about 8 GB). An environment this
 # run created is removed after its leg when fewer than NEURON_SIFT_LEG_FREE_GB (default 16)
-# GB stay free and a leg is still to start; environments that existed before are kept.
+# GB stay free and a leg is still to start; environments that existed before are kept. A leg
+# that must create its environment starts beside others only with 2 x that much free.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -142,8 +143,16 @@ reap() {
     done
     running=("${still[@]+"${still[@]}"}")
 }
+# A leg whose environment is still to create starts beside others only with room on the
+# disk for two set-ups; otherwise it waits for the running legs to end.
+can_start() {
+    [ ${#running[@]} -eq 0 ] && return 0
+    [ ${#running[@]} -lt "$JOBS" ] || return 1
+    leg_settings "${legs[$next]}" || return 0
+    [ -x "$VENV/bin/python" ] || [ "$(free_gb)" -ge $((2 * FREE_GB)) ]
+}
 while [ "$next" -lt ${#legs[@]} ] || [ ${#running[@]} -gt 0 ]; do
-    if [ "$next" -lt ${#legs[@]} ] && [ ${#running[@]} -lt "$JOBS" ]; then
+    if [ "$next" -lt ${#legs[@]} ] && can_start; then
         start_next "$@"
         [ "$JOBS" -eq 1 ] && release_env "${legs[$((next - 1))]}"
         continue
