@@ -1,5 +1,6 @@
 """Shared fixtures. Tests mirror the package: tests/kernels for kernels/, tests/neuron_sift/... for neuron_sift/."""
 
+import importlib.util
 import os
 
 import pytest
@@ -24,6 +25,10 @@ def pytest_configure(config):
     except ImportError as exc:
         if os.environ.get("NEURON_SIFT_REQUIRE_XLA") == "1":
             raise pytest.UsageError(f"NEURON_SIFT_REQUIRE_XLA=1 but torch_xla cannot be imported: {exc}") from exc
+    # MosaicML Streaming (tests/neuron_sift/epoch/test_mds.py) is installed on some legs only; they set
+    # NEURON_SIFT_REQUIRE_STREAMING=1, so a missing package fails the run there instead of skipping.
+    if os.environ.get("NEURON_SIFT_REQUIRE_STREAMING") == "1" and not _has_streaming():
+        raise pytest.UsageError("NEURON_SIFT_REQUIRE_STREAMING=1 but the streaming package is not installed")
     # The CPU step's C kernels are an optional build (the torch step replaces them); CI requires them.
     if os.environ.get("NEURON_SIFT_REQUIRE_HOST_KERNELS") == "1":
         try:
@@ -42,18 +47,29 @@ def _has_torch_xla() -> bool:
     return True
 
 
+def _has_streaming() -> bool:
+    """Whether a Streaming package is installed (found, not imported: its import takes seconds;
+    a broken install fails the tests that import it)."""
+    return importlib.util.find_spec("streaming") is not None
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests for hardware or packages this machine lacks: skipped here, with the reason.
 
     scripts/test.sh deselects them instead (``-m "not cuda"`` without CUDA, ``-m "not xla"``
-    on the leg without torch-xla), so CI's count holds no skip; this covers a direct pytest
-    run on a machine without them.
+    on the leg without torch-xla, ``-m "not streaming"`` on legs without Streaming), so CI's
+    count holds no skip; this covers a direct pytest run on a machine without them.
     """
     missing = {}
     if not torch.cuda.is_available():
         missing["cuda"] = pytest.mark.skip(reason="no CUDA device (scripts/test.sh deselects these: -m 'not cuda')")
     if not _has_torch_xla():
         missing["xla"] = pytest.mark.skip(reason="torch-xla not installed (pip install -e .[xla])")
+    if not _has_streaming():
+        missing["streaming"] = pytest.mark.skip(
+            reason="no Streaming package (pip install mosaicml-streaming or streaming-community; "
+            "scripts/test.sh deselects these where a leg has none: -m 'not streaming')"
+        )
     for item in items:
         for name, skip in missing.items():
             if name in item.keywords:

@@ -14,8 +14,10 @@ Large-dataset formats: the saving is that a skipped sample is never read, so the
 must be read by index. A Hugging Face ``datasets.Dataset`` (Arrow) is map-style already.
 An ``IterableDataset`` that also reads by index (MosaicML Streaming's ``StreamingDataset``
 over MDS shards) is read through ``IndexedView``, a map-style view of it; the user's
-object is left as it was. A pure stream is refused: it can only be read in its own order,
-so skipping a sample would still read it.
+object is left as it was. Its own iteration's settings that the plans would ignore
+(shuffling, resampling, partitioning over ranks) are refused (``streaming_settings.py``).
+A pure stream is refused: it can only be read in its own order, so skipping a sample would
+still read it.
 
 Sources that would train nothing are refused here too: with ``drop_last`` a dataset (or a
 rank's share of an epoch, or a budget's share: ``check_planned_counts``) shorter than one
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 import numpy as np
 from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler, Sampler, SequentialSampler
 
+from neuron_sift.epoch.streaming_settings import check_streaming_settings
 from neuron_sift.shared.logs import EPOCH_LOGGER
 from neuron_sift.shared.sources import WRAPPER_ATTRIBUTES, batch_settings, unwrap
 
@@ -196,12 +199,14 @@ def _view(ds: IterableDataset[Any]) -> IndexedView:
             "index and __len__): a stream is read in its own order, so a skipped sample would still be read. "
             + _STREAM_ALTERNATIVES
         )
+    check_streaming_settings(ds)  # MosaicML Streaming's iteration settings the plans would ignore
     epoch_size = getattr(ds, "epoch_size", None)
     if _is_count(epoch_size) and epoch_size != n:
         raise ValueError(
             f"the IterableDataset {name} resamples an epoch of {epoch_size} samples from its {n} (epoch_size, "
             "stream proportions or repeats); EpochSiftingDataloader plans epochs over the samples themselves, each "
-            "trained at most once per epoch: build it without resampling"
+            "trained at most once per epoch: build it without resampling (leave epoch_size unset, every sample "
+            "once per epoch)"
         )
     return IndexedView(ds, n)
 

@@ -1,11 +1,16 @@
 """Large-dataset sources for the format tests: a Hugging Face Arrow dataset on local disk,
-a read counter over a map-style dataset, and a sharded record set read by index.
+a read counter over a map-style dataset, a sharded record set read by index, and MDS shards
+written and counted with MosaicML Streaming itself.
 
-``ShardedRecords`` stands in for MosaicML Streaming's ``StreamingDataset`` (whose releases
-pin ``transformers<5`` and ``numpy<2.2``, so it cannot join the test extra): samples live
-in shard files on disk, ``__iter__`` streams them in order, ``__getitem__`` reads one by
-its global index (loading its shard on first use), ``__len__`` is one rank's share of an
-epoch and ``size`` counts every sample, ``shuffle`` and ``epoch_size`` are its settings.
+``ShardedRecords`` is any ``IterableDataset`` that also reads by index, shaped as
+Streaming's ``StreamingDataset`` is (it runs on every leg; ``test_mds.py`` runs the real
+package where a leg installs it): samples live in shard files on disk, ``__iter__`` streams
+them in order, ``__getitem__`` reads one by its global index (loading its shard on first
+use), ``__len__`` is one rank's share of an epoch and ``size`` counts every sample,
+``shuffle`` and ``epoch_size`` are its settings.
+
+``write_mds`` and ``ShardReads`` import ``streaming`` when called, so this module imports
+on a leg without it.
 """
 
 import json
@@ -130,3 +135,92 @@ class SizedStream(Stream):
 
     def __len__(self) -> int:
         return self.n
+
+
+# -- MosaicML Streaming (MDS shards), imported when used ------------------------------------
+
+MDS_COLUMNS = {"id": "int", "x": f"ndarray:float32:{WIDTH}", "y": "int"}
+
+
+def write_mds(out: str, n: int, size_limit: int = 300, compression: str | None = "zstd") -> str:
+    """``n`` samples (``id``, ``x``, ``y``) written with ``streaming.MDSWriter`` to ``out``: about
+    two samples a shard at the default ``size_limit``, so a sifted epoch leaves whole shards
+    out. Compressed, the folder holds only the ``.mds.zstd`` files until a sample of a shard
+    is read: Streaming then decompresses that shard to its raw ``.mds`` file."""
+    from streaming import MDSWriter
+
+    x, y = features(n)
+    with MDSWriter(out=out, columns=MDS_COLUMNS, compression=compression, size_limit=size_limit) as writer:
+        for i in range(n):
+            writer.write({"id": i, "x": x[i], "y": int(y[i])})
+    return out
+
+
+def raw_shards(local: str) -> set[str]:
+    """The raw (decompressed) shard files in ``local``: the shards Streaming has opened."""
+    return {name for name in os.listdir(local) if name.endswith(".mds")}
+
+
+class ShardReads:
+    """Every sample read out of an MDS shard file, in any process (DataLoader workers, ranks):
+    ``MDSReader.get_sample_data`` opens the shard's raw file once per sample read, and the
+    patch appends the shard's file name and the sample's place in it to ``path``, one line
+    a read (an appended short line is one write). Streaming tries the raw file first and
+    decompresses the shard when it is missing: that failed open reads nothing and is not
+    logged. ``install`` patches the class, in this
+    process and in the workers it forks; ``uninstall`` puts it back."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._original = None
+
+    def install(self) -> "ShardReads":
+        from streaming.base.format.mds.reader import MDSReader
+
+        original = self._original = MDSReader.get_sample_data
+        path = self.path
+
+        def logged(reader, idx):
+            data = original(reader, idx)  # raises FileNotFoundError before a shard is decompressed: no read
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(f"{reader.raw_data.basename} {int(idx)}\n")
+            return data
+
+        MDSReader.get_sample_data = logged
+        return self
+
+    def uninstall(self) -> None:
+        from streaming.base.format.mds.reader import MDSReader
+
+        if self._original is not None:
+            MDSReader.get_sample_data = self._original
+            self._original = None
+
+    def clear(self) -> None:
+        open(self.path, "w", encoding="utf-8").close()
+
+    def entries(self) -> list[tuple[str, int]]:
+        if not os.path.exists(self.path):
+            return []
+        with open(self.path, encoding="utf-8") as f:
+            return [(name, int(i)) for name, i in (line.split() for line in f)]
+
+    def ids(self, ds) -> list[int]:
+        """The global sample ids read, in the order read, by ``ds``'s shard offsets."""
+        offsets = shard_offsets(ds)
+        return [offsets[name] + i for name, i in self.entries()]
+
+    def shards(self) -> set[str]:
+        return {name for name, _ in self.entries()}
+
+
+def shard_offsets(ds) -> dict[str, int]:
+    """Each raw shard file's first global sample id in ``StreamingDataset`` ``ds``."""
+    return {sh.raw_data.basename: int(o) for sh, o in zip(ds.shards, ds.sample_offset_per_shard)}
+
+
+def shards_of(ds, ids) -> set[str]:
+    """The raw shard files holding samples ``ids`` of ``ds``."""
+    starts = sorted((o, name) for name, o in shard_offsets(ds).items())
+    firsts = np.array([o for o, _ in starts])
+    return {starts[int(np.searchsorted(firsts, i, side="right")) - 1][1] for i in ids}

@@ -1,7 +1,8 @@
 """The epoch mode over large-dataset formats: a Hugging Face ``datasets`` Arrow dataset on
-local disk, an ``IterableDataset`` that also reads by index (MosaicML Streaming's kind), and
-the refusal of a pure stream. What users rely on: a sifted epoch reads only the samples
-its plan keeps, each once, so the saving is real I/O and not just skipped compute."""
+local disk, an ``IterableDataset`` that also reads by index (MosaicML Streaming's kind, on
+every leg; ``test_mds.py`` runs Streaming itself where a leg installs it), and the refusal
+of a pure stream. What users rely on: a sifted epoch reads only the samples its plan keeps,
+each once, so the saving is real I/O and not just skipped compute."""
 
 import io
 
