@@ -29,8 +29,9 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     license="Apache-2.0",
-    # What CI's legs run (scripts/test.sh): Python 3.10 and 3.11 with torch 2.9.0 (+ torch-xla),
-    # Python 3.13 with the newest torch on the index.
+    # What CI's legs run (scripts/test.sh, scripts/_legs.sh): Python 3.10 (the lowest admitted
+    # versions), 3.11 (the newest Hugging Face stack) and 3.12 (Neuron's container) with torch
+    # 2.9.0 + torch-xla, Python 3.13 with the newest torch on the index.
     python_requires=">=3.10,<3.14",
     classifiers=[
         "Operating System :: POSIX :: Linux",
@@ -38,6 +39,7 @@ setup(
         "Programming Language :: Python :: 3 :: Only",
         "Programming Language :: Python :: 3.10",
         "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
         "Programming Language :: Python :: 3.13",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",
     ],
@@ -67,13 +69,24 @@ setup(
             "pytest>=7",
             "hypothesis>=6",
             "numpy>=1.24",
-            "transformers>=4.40,<6",
-            "accelerate>=1.1,<2",
-            "lightning>=2.2,<3",
+            # 4.52.1 (4.52.0 was never published): before 4.47 the Trainer cannot resume a checkpoint
+            # under torch >= 2.6 (its RNG state fails torch.load's weights_only); before 4.52 it counts
+            # floor(batches / gradient_accumulation_steps) optimizer steps per epoch but trains the
+            # remainder too, so where they differ a run stops inside its last epoch (a sifted plan's
+            # annealing epoch: 29 of 36 batches trained).
+            "transformers>=4.52.1,<6",
+            # 1.9: before 1.7 accelerate calls xm.xrt_world_size(), which torch-xla 2.9 removed (the
+            # Trainer fails on XLA before its first step); before 1.9 its DataLoaderShard yields one
+            # None batch from an empty loader (the empty rest of an epoch a checkpoint resumes).
+            "accelerate>=1.9,<2",
+            # 2.4: 2.2 and 2.3 import pkg_resources (lightning/fabric/__init__.py), which they do not
+            # declare and which setuptools 81+ (the newest, tensorboard's setuptools) no longer ships.
+            "lightning>=2.4,<3",
             "tensorboard>=2.14,<3",
             # The epoch mode over an Arrow dataset on local disk (tests/neuron_sift/epoch/test_formats.py).
-            # 5.2 is the first to allow the legs' huggingface-hub 2.x and fsspec 2026.9 (older ones downgrade them).
-            "datasets>=5.2,<6",
+            # 3.0 is the Neuron container's pin; transformers 4.x needs huggingface-hub<1, which
+            # datasets 5.x excludes (5.2 needs huggingface-hub>=1.31), so 4.x stacks run datasets 3.x/4.x.
+            "datasets>=3.0,<6",
             # The lint, format and type checks of the test command (scripts/test.sh): ranges
             # narrow enough that a new release cannot change what the format check accepts.
             "ruff>=0.17.6,<0.18",
@@ -82,12 +95,14 @@ setup(
         # benchmarks/: MNIST-1D generated locally (mnist1d's make_dataset; nothing downloaded),
         # scikit-learn's bundled digits, the accuracy-against-time plot, progress bars.
         "bench": [
-            "mnist1d>=0.0.2,<0.1",
+            # 0.0.2 was published only as 0.0.2.post1 (no release matches ==0.0.2).
+            "mnist1d>=0.0.2.post1,<0.1",
             "scikit-learn>=1.3,<2",
             "matplotlib>=3.7,<4",
-            "tqdm>=4.60,<5",
+            # 4.66.3: what every datasets release the test extra admits needs (the legs install both).
+            "tqdm>=4.66.3,<5",
             "numpy>=1.24",
-            "transformers>=4.40,<6",
+            "transformers>=4.52.1,<6",  # as the test extra's
         ],
         # docs/: the MkDocs site (mkdocs build --strict runs in the tests, tests/test_docs.py).
         "docs": ["mkdocs>=1.6,<2", "mkdocs-material>=9.5,<10", "mkdocstrings[python]>=1.0,<2"],

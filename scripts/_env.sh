@@ -3,13 +3,13 @@
 # the install.
 #
 # A leg is a Python version with a torch version (scripts/_legs.sh names them; scripts/test.sh
-# runs all three). Choose with LEG=...; the default is py311. Each Python is found on PATH,
+# runs them all). Choose with LEG=...; the default is reference. Each Python is found on PATH,
 # under pyenv, or in /usr/bin and /usr/local/bin; NEURON_SIFT_PYTHON<major><minor>
 # (e.g. NEURON_SIFT_PYTHON310) names one explicitly.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-LEG="${LEG:-py311}"
+LEG="${LEG:-reference}"
 # shellcheck source=scripts/_legs.sh
 source scripts/_legs.sh
 leg_settings "$LEG" || exit 2
@@ -52,10 +52,23 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PY="$ROOT/$VENV/bin/python"
 STAMP="$VENV/.neuron_sift_installed"
-# Reinstall when the packaging, the C kernel (built in place by the editable install) or the
-# leg's extras changed; the stamp holds the extras it was made with.
+# What the leg's stack adds to the package's extras: a requirements file, installed with the
+# package and constraining it (its pins win), or the lowest versions the metadata admits.
+STACK_ARGS=()
+case "$STACK" in
+    "") ;;
+    lowest)
+        "$PY" scripts/lowest_bounds.py > "$VENV/lowest-constraints.txt"
+        STACK_ARGS=(-c "$VENV/lowest-constraints.txt")
+        ;;
+    *) STACK_ARGS=(-r "$STACK" -c "$STACK") ;;
+esac
+# The stamp holds the extras and the stack it was made with.
+WANT="$EXTRAS $STACK $(cat "${STACK_ARGS[@]:1:1}" /dev/null 2>/dev/null | cksum)"
+# Reinstall when the packaging, the C kernel (built in place by the editable install), the
+# leg's extras or its stack changed.
 if [ ! -f "$STAMP" ] || [ setup.py -nt "$STAMP" ] || [ kernels/_host.c -nt "$STAMP" ] \
-    || [ "$(cat "$STAMP")" != "$EXTRAS" ]; then
+    || [ "$(cat "$STAMP")" != "$WANT" ]; then
     # No download cache: a leg's wheels (a CUDA build of torch, several GB) are installed
     # once, and a cached copy beside the installed one is what filled small CI disks.
     PIP=("$PY" -m pip --no-cache-dir)
@@ -66,11 +79,11 @@ if [ ! -f "$STAMP" ] || [ setup.py -nt "$STAMP" ] || [ kernels/_host.c -nt "$STA
         PIP=(env PIP_CONFIG_FILE=/dev/null "$PY" -m pip --no-cache-dir)
     fi
     "${PIP[@]}" install --quiet --upgrade pip
-    "${PIP[@]}" install --quiet -e ".[$EXTRAS]"
+    "${PIP[@]}" install --quiet -e ".[$EXTRAS]" "${STACK_ARGS[@]}"
     if [ "$NEWEST_TORCH" = 1 ]; then
         "${PIP[@]}" install --quiet --upgrade torch
     fi
-    echo "$EXTRAS" > "$STAMP"
+    echo "$WANT" > "$STAMP"
 fi
 export VENV PY
 export PJRT_DEVICE="${PJRT_DEVICE:-CPU}"

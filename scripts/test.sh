@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The test command (README, CI): every test on every tested Python and torch, each leg in its
-# own virtual environment created on first use (scripts/_env.sh):
-#   py311  Python 3.11 + torch 2.9.0 + torch-xla 2.9.0: ruff, mypy and every test
-#   py310  Python 3.10 + torch 2.9.0 + torch-xla 2.9.0: every test (Neuron's PyTorch/XLA images)
-#   py313  Python 3.13 + the newest torch on the index: every test that does not need torch-xla
-# LEGS="py311" (or "py310 py313", ...) runs only those legs; extra arguments go to pytest in
-# every leg. A leg's failure does not stop the others; the exit status is non-zero if any
+# The test command (README, CI): every test on every tested stack, each leg in its own virtual
+# environment created on first use (scripts/_env.sh); the legs are named in scripts/_legs.sh:
+#   reference  Python 3.11, torch 2.9.0 + torch-xla, the newest Hugging Face stack: ruff, mypy, every test
+#   neuron     Python 3.12, Neuron's PyTorch/XLA training container's stack: every test but the docs site
+#   oldest     Python 3.10, the lowest versions the metadata admits: every test but docs and streaming
+#   newest     Python 3.13, the newest torch on the index: every test that does not need torch-xla or streaming
+# LEGS="reference" (or "neuron oldest", ...) runs only those legs; extra arguments go to pytest
+# in every leg. A leg's failure does not stop the others; the exit status is non-zero if any
 # leg failed; a table gives each leg's stack, set-up and test seconds, and the last line
 # sums the legs.
 # Cores: a leg's tests run in one process, so legs run side by side, as many at once as
@@ -20,7 +21,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 # shellcheck source=scripts/_legs.sh
 source scripts/_legs.sh
-LEGS="${LEGS:-py311 py310 py313}"
+LEGS="${LEGS:-$ALL_LEGS}"
 FREE_GB="${NEURON_SIFT_LEG_FREE_GB:-16}"
 legs=($LEGS)
 JOBS="${NEURON_SIFT_LEG_JOBS:-$(nproc 2>/dev/null || echo 1)}"
@@ -29,7 +30,7 @@ JOBS="${NEURON_SIFT_LEG_JOBS:-$(nproc 2>/dev/null || echo 1)}"
 free_gb() { df -Pk . | awk 'NR == 2 { print int($4 / 1048576) }'; }
 LOGS="$(mktemp -d)"
 
-# One leg, start to end: set-up, then lint (py311) and pytest. Writes its log's lines to
+# One leg, start to end: set-up, then lint (where LINT=1) and pytest. Writes its log's lines to
 # stdout, and $LOGS/$leg.{versions,setup_s,test_s,rc} for the summary.
 run_leg() {
     local leg="$1" start=$SECONDS created=0
@@ -61,29 +62,21 @@ print(sys.version.split()[0], torch.__version__, version("torch_xla"), version("
             > "$LOGS/$leg.versions" 2>/dev/null
         IFS=$'\t' read -r py torch xla transformers numpy < "$LOGS/$leg.versions"
         echo "=== leg $leg: Python $py, torch $torch, torch-xla $xla, transformers $transformers, numpy $numpy ==="
-        # What this machine or leg cannot run is deselected by marker, named here, not skipped.
+        # What this machine or leg cannot run is deselected by marker, named here, not skipped;
+        # what it installs must run (a missing package then fails instead of skipping).
         deselect=()
         warnings_as_errors=()
-        if [ "$leg" = py313 ]; then
-            deselect+=("not xla")  # no torch-xla for this Python and torch
-            # The newest torch deprecates first: any DeprecationWarning is an error here.
-            warnings_as_errors=(-W error::DeprecationWarning)
-        else
-            export NEURON_SIFT_REQUIRE_XLA=1
-        fi
-        # The docs extra is installed on this leg only: there a missing mkdocs fails tests/test_docs.py.
-        if [ "$leg" = py310 ]; then
-            deselect+=("not docs")  # the docs toolchain's releases for Python 3.10 fail together
-        else
-            export NEURON_SIFT_REQUIRE_DOCS=1
-        fi
+        [ "$STRICT_WARNINGS" = 1 ] && warnings_as_errors=(-W error::DeprecationWarning)
+        if [ "$HAS_XLA" = 1 ]; then export NEURON_SIFT_REQUIRE_XLA=1; else deselect+=("not xla"); fi
+        if [ "$HAS_DOCS" = 1 ]; then export NEURON_SIFT_REQUIRE_DOCS=1; else deselect+=("not docs"); fi
+        if [ "$HAS_STREAMING" = 1 ]; then export NEURON_SIFT_REQUIRE_STREAMING=1; else deselect+=("not streaming"); fi
         if ! "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then
             deselect+=("not cuda")  # no CUDA device here
         fi
         export NEURON_SIFT_REQUIRE_HOST_KERNELS=1
         # Lint, format and types once, on the reference leg (configured in pyproject.toml).
         checks=0
-        if [ "$leg" = py311 ]; then
+        if [ "$LINT" = 1 ]; then
             echo "=== leg $leg: ruff check, ruff format --check, mypy ==="
             "$PY" -m ruff check . || checks=1
             "$PY" -m ruff format --check . || checks=1
@@ -165,7 +158,7 @@ wait
 status=0
 passed=0 failed=0 errors=0 skipped=0
 echo
-printf '%-6s %-8s %-14s %-9s %-12s %-7s %8s %8s  %s\n' leg Python torch torch-xla transformers numpy "set-up s" "tests s" result
+printf '%-9s %-8s %-14s %-9s %-12s %-7s %8s %8s  %s\n' leg Python torch torch-xla transformers numpy "set-up s" "tests s" result
 for leg in "${legs[@]}"; do
     rc="$(cat "$LOGS/$leg.rc" 2>/dev/null || echo 1)"
     [ "$rc" -ne 0 ] && status=1
@@ -182,7 +175,7 @@ for leg in "${legs[@]}"; do
     IFS=$'\t' read -r py torch xla transformers numpy < "$LOGS/$leg.versions" 2>/dev/null \
         || { py="?" torch="?" xla="?" transformers="?" numpy="?"; }
     result="exit $rc: ${last//=/}"
-    printf '%-6s %-8s %-14s %-9s %-12s %-7s %8s %8s  %s\n' "$leg" "$py" "$torch" "${xla:--}" "${transformers:--}" \
+    printf '%-9s %-8s %-14s %-9s %-12s %-7s %8s %8s  %s\n' "$leg" "$py" "$torch" "${xla:--}" "${transformers:--}" \
         "${numpy:--}" "$(cat "$LOGS/$leg.setup_s" 2>/dev/null || echo -)" "$(cat "$LOGS/$leg.test_s" 2>/dev/null || echo -)" \
         "$result"
 done

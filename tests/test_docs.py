@@ -2,8 +2,9 @@
 missing anchor, a page left out of the nav or an API reference entry that does not resolve
 fails. Needs the ``docs`` extra (marker ``docs``); with NEURON_SIFT_REQUIRE_DOCS=1 (set by
 scripts/test.sh on the legs that install it) a missing extra fails instead of skipping. The
-py310 leg deselects these tests: the toolchain's current releases (mkdocstrings >= 1.0.7)
-need Python 3.11, and the last ones for 3.10 fail to build together."""
+oldest leg (Python 3.10) deselects these tests: the toolchain's current releases
+(mkdocstrings >= 1.0.7) need Python 3.11, and the last ones for 3.10 fail to build together;
+the neuron leg installs the container's stack, not the docs toolchain."""
 
 import importlib.util
 import os

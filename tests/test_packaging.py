@@ -1,7 +1,6 @@
 """A regular (non-editable) install holds neuron_sift only, with kernels/ as neuron_sift.kernels."""
 
 import os
-import re
 import subprocess
 import sys
 import zipfile
@@ -60,12 +59,13 @@ def test_wheel_installs_kernels_inside_the_package_only(tmp_path):
 
 
 def legs_python_versions():
-    """(python version, torch requirement) of every leg scripts/test.sh runs by default."""
-    env = open(os.path.join(ROOT, "scripts", "_legs.sh"), encoding="utf-8").read()
-    test = open(os.path.join(ROOT, "scripts", "test.sh"), encoding="utf-8").read()
-    default_legs = re.search(r'LEGS="\$\{LEGS:-([^}]*)\}"', test).group(1).split()
-    versions = dict(re.findall(r"^\s*(py\d+)\) PY_VERSION=(\d\.\d+);", env, re.M))
-    return [versions[leg] for leg in default_legs]
+    """The Python version of every leg scripts/test.sh runs by default (its legs' own settings,
+    scripts/_legs.sh, asked through bash)."""
+    script = 'source scripts/_legs.sh && for leg in $ALL_LEGS; do leg_settings "$leg" && echo "$PY_VERSION"; done'
+    out = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
+    versions = out.stdout.split()
+    assert versions, out.stderr
+    return versions
 
 
 def check_metadata_states_the_tested_range(metadata: str):

@@ -41,4 +41,19 @@ def resolve_backend(device: torch.device, name: str | Backend | None = None) -> 
     return EagerBackend(device, compile_step=name == "compiled")
 
 
-__all__ = ["BACKEND_NAMES", "Backend", "EagerBackend", "resolve_backend"]
+def fused_optimizers_refuse_xla(device: object) -> list[str] | None:
+    """torch's device types for fused optimizer kernels (``fused=True``), where ``device`` is an
+    XLA device they leave out; None where it is not one, or they take it, or torch does not
+    say. Why: transformers' fused AdamW default fails at the first step there
+    (``integrations/trainer_optimizer.py`` refuses it at the call)."""
+    if not isinstance(device, torch.device) or device.type != "xla":
+        return None
+    try:
+        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+    except ImportError:
+        return None
+    supported = list(_get_fused_kernels_supported_devices())
+    return None if "xla" in supported else supported
+
+
+__all__ = ["BACKEND_NAMES", "Backend", "EagerBackend", "fused_optimizers_refuse_xla", "resolve_backend"]

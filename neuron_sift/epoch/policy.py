@@ -78,7 +78,9 @@ def keep_priorities(
     seen = ~np.isnan(scores)
     if policy == "percentile":
         pct = percentile_of_all(scores) if summary is None else percentiles(summary, scores)
-        p = np.clip(np.power(pct, np.float32(beta_value)), min_keep_probability, 1.0).astype(np.float32)
+        # In float64, rounded once: NumPy's float32 power is not correctly rounded and differs
+        # between builds (1.26 on AVX-512 even gives pct ** 1 != pct), so plans would too.
+        p = np.clip(np.power(pct.astype(np.float64), float(beta_value)), min_keep_probability, 1.0).astype(np.float32)
     elif policy == "below_mean":
         vals = scores[seen].astype(np.float64)
         mean = vals.sum() / max(vals.shape[0], 1) if summary is None else summary.mean

@@ -17,8 +17,9 @@ arguments expects:
   would train epochs nobody planned.
 
 The plan's optimizer steps are ``num_train_epochs * ceil(batches per Trainer epoch /
-gradient_accumulation_steps)``, as the Trainer counts them (transformers 5; transformers 4
-counted ``floor`` per epoch where the division leaves a remainder). Whatever the count, a
+gradient_accumulation_steps)``, as the Trainer counts them (transformers 4.52 and later, the
+releases the metadata admits; earlier ones counted ``floor`` per epoch where the division
+leaves a remainder). Whatever the count, a
 Trainer that still starts an epoch past an exact plan is stopped at that epoch's first step
 (``check_within_plan``).
 """

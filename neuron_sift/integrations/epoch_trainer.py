@@ -54,6 +54,7 @@ import torch.nn.functional as F
 from neuron_sift.epoch.loader import EpochSiftingDataloader
 from neuron_sift.integrations.epoch_run_length import check_max_steps, check_within_plan, planned_epochs
 from neuron_sift.integrations.exact_length import STATE_FORMAT, ExactLengthLoader, read_state
+from neuron_sift.integrations.trainer_optimizer import check_trainer_optimizer
 from neuron_sift.integrations.trainer_patch import HookSet, install, log_hook, original, require_trainer
 from neuron_sift.integrations.trainer_ranks import trainer_distributed
 from neuron_sift.sift_config.epoch_config import coerce_epoch_config
@@ -138,6 +139,7 @@ def enable_epoch_sifting(
 ) -> Any:
     """Make ``trainer`` train with epoch-level sifting (see the module docstring); returns it."""
     require_trainer(trainer)
+    check_trainer_optimizer(trainer, "enable_epoch_sifting")
     config = coerce_epoch_config(sift_config)
     if per_sample_loss not in (None, "classification", "causal_lm") and not callable(per_sample_loss):
         raise ValueError(
@@ -171,14 +173,12 @@ def enable_epoch_sifting(
         )
         return stream
 
-    def compute_loss(
-        model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
-    ) -> Any:
+    def compute_loss(model: Any, inputs: dict[str, Any], return_outputs: bool = False, **kwargs: Any) -> Any:
+        # kwargs: what the Trainer passed, forwarded as is. Evaluation passes no num_items_in_batch,
+        # and a subclass's compute_loss written before transformers 4.46 takes none.
         loader = getattr(trainer, "epoch_sifting_dataloader", None)
         if loader is None or not model.training:
-            return original(trainer, "compute_loss")(
-                model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
-            )
+            return original(trainer, "compute_loss")(model, inputs, return_outputs=return_outputs, **kwargs)
         check_within_plan(loader)
         forward = {k: v for k, v in inputs.items() if k != "labels"}
         outputs = model(**forward)

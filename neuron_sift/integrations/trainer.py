@@ -51,6 +51,7 @@ from typing import Any
 
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
 from neuron_sift.integrations.schedules import ExactLengthLoader, batches_per_epoch, round_half_up
+from neuron_sift.integrations.trainer_optimizer import check_trainer_optimizer
 from neuron_sift.integrations.trainer_patch import HookSet, install, log_hook, original, require_trainer
 from neuron_sift.integrations.trainer_ranks import trainer_distributed
 from neuron_sift.loss.abstract_sift_loss_module import resolve_loss_fn
@@ -176,6 +177,7 @@ def enable_sifting(
     ``enable_epoch_sifting`` (one patcher, ``trainer_patch``: one mode at a time).
     """
     require_trainer(trainer)
+    check_trainer_optimizer(trainer, "enable_sifting")
     config = coerce_sift_config(sift_config)
     resolve_loss_fn(loss)  # fail now, not at the first training step
     epochs = _check_set_epochs(set_epochs)

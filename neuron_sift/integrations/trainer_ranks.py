@@ -24,7 +24,7 @@ passes the answer to the loader as ``distributed=``:
 The Trainer's world is read as ``trainer.accelerator.num_processes`` (what accelerate
 shards the train loader by), falling back to ``args.world_size``; ``args.parallel_mode``
 and accelerate's ``distributed_type`` only describe it in messages. All of these exist in
-transformers 4.40 and later (5.x included) and in every accelerate they support.
+every transformers and accelerate the metadata admits (transformers 4.52.1 to 5.x).
 """
 
 import logging

@@ -88,6 +88,23 @@ def test_percentile_rule_and_unscored():
     assert p.tolist() == pytest.approx(expected)
 
 
+@pytest.mark.parametrize("beta", [1.0, 0.5, 1.7, 3.0])
+def test_percentile_priorities_are_one_rounding_of_the_power_on_every_numpy(beta):
+    """``max(min_keep_probability, percentile ** beta)`` rounded once to float32, so the same
+    scores plan the same epochs on every stack: NumPy 1.26's AVX-512 float32 power is an ulp
+    off (even ``pct ** 1 != pct``), NumPy 2's is not, and plans differed between the two."""
+    rng = np.random.default_rng(0)
+    for n in (380, 1999, 4999):  # sizes whose percentiles NumPy 1.26's power misrounds at beta 1
+        s = (rng.standard_normal(n) * 1e6).astype(np.float32)
+        pct = percentile_of_all(s)
+        p = keep_priorities(s, "percentile", beta_value=beta, min_keep_probability=0.05)
+        # The C library's double-precision power, then one rounding: the correctly rounded value.
+        expected = np.array([max(0.05, math.pow(float(q), beta)) for q in pct], dtype=np.float32)
+        assert p.dtype == np.float32 and np.array_equal(p, expected)
+        if beta == 1.0:
+            assert np.array_equal(p, np.maximum(pct, np.float32(0.05)))  # the percentile itself
+
+
 def test_below_mean_rule():
     scores = np.array([1.0, 1.0, 1.0, 9.0, NAN])  # mean of scored: 3
     p = keep_priorities(scores, "below_mean", prune_ratio=0.25)

@@ -7,8 +7,9 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from neuron_sift import EpochSiftingDataloader
-from neuron_sift.integrations.epoch_trainer import _load_stream_state, restore_at_epoch_end
+from neuron_sift.integrations.epoch_trainer import _load_stream_state, enable_epoch_sifting, restore_at_epoch_end
 from neuron_sift.integrations.schedules import ExactLengthLoader
+from tests.neuron_sift.integrations.fake_trainer import FakeTrainer, train_loader
 from tests.neuron_sift.integrations.trainer_harness import scenarios
 
 
@@ -117,3 +118,32 @@ def test_epoch_stream_is_a_deprecated_alias():
 
     with pytest.warns(DeprecationWarning, match="EpochStream is ExactLengthLoader"):
         assert epoch_trainer.EpochStream is ExactLengthLoader
+
+
+# -- evaluation through the compute_loss hook -------------------------------------------------
+
+
+class ClassicOverride(FakeTrainer):
+    """A subclass's compute_loss in the signature written before transformers 4.46 (no
+    num_items_in_batch). With sifting the hook computes the training loss, so such a
+    Trainer trains; evaluation still calls this method."""
+
+    def compute_loss(self, model, inputs, return_outputs=False):
+        return ("own loss", return_outputs)
+
+
+class CurrentSignature(FakeTrainer):
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        return ("own loss", return_outputs, num_items_in_batch)
+
+
+def test_evaluation_gets_the_trainers_own_loss_with_only_the_arguments_it_passed():
+    """Evaluation (the model in eval mode) calls compute_loss(model, inputs, return_outputs=True):
+    the hook hands the Trainer's own compute_loss exactly that, with no num_items_in_batch
+    added that a classic override does not take."""
+    model = torch.nn.Linear(1, 2).eval()
+    classic = enable_epoch_sifting(ClassicOverride(train_loader()), {"seed": 0})
+    assert classic.compute_loss(model, {"x": 1}, return_outputs=True) == ("own loss", True)
+    current = enable_epoch_sifting(CurrentSignature(train_loader()), {"seed": 0})
+    assert current.compute_loss(model, {"x": 1}, return_outputs=True) == ("own loss", True, None)
+    assert current.compute_loss(model, {"x": 1}, num_items_in_batch=12) == ("own loss", False, 12)

@@ -174,10 +174,15 @@ def test_readme_hugging_face_trainer_example(tmp_path):
     assert share == pytest.approx(int(seen_kept[4]) / int(seen_kept[2]))
 
 
+@pytest.fixture(scope="module")
+def xla_runs():
+    return scenarios("sifting", "xla")
+
+
 @pytest.mark.xla
-def test_trainer_on_xla_sifts_the_accelerate_device_loader():
+def test_trainer_on_xla_sifts_the_accelerate_device_loader(xla_runs):
     """On XLA accelerate wraps the train loader in MpDeviceLoader; sifting takes it as its source."""
-    r = scenarios("sifting", "xla")["xla_fixed"]
+    r = xla_runs["xla_fixed"]
     assert r["backend"] == "xla" and r["source_type"] == "MpDeviceLoaderWrapper"
     assert r["loader_type"] == "ExactLengthLoader"
     assert r["global_step"] == r["max_steps"] == r["len_loader"] == r["planned_per_epoch"] == 4
@@ -185,3 +190,19 @@ def test_trainer_on_xla_sifts_the_accelerate_device_loader():
     assert r["trained"] and r["scored_by_trainer_model"]
     assert isinstance(r["compile_count"], int) and r["compile_count"] == r["compile_time_samples"] > 0
     assert "sifting/compile_count" in r["logged_keys"]
+
+
+@pytest.mark.xla
+def test_the_fused_adamw_default_on_xla_is_refused_at_the_call_naming_the_setting(xla_runs):
+    """transformers 4.54+ with torch 2.8+ defaults to optim="adamw_torch_fused", whose first step
+    fails on XLA (torch's own refusal, observed below): both modes say so at the call instead,
+    naming optim="adamw_torch"; a Trainer given its own optimizer is let through."""
+    r = xla_runs["xla_fused_default"]
+    assert r["device"].startswith("xla")
+    assert "fused=True" in r["torch_refuses"] and "xla" in r["torch_refuses"]
+    for mode, caller in (("sifting", "enable_sifting"), ("epoch", "enable_epoch_sifting")):
+        message = r["refused"][mode]
+        assert message is not None and message.startswith(caller + ":"), message
+        assert "optim='adamw_torch_fused'" in message and 'optim="adamw_torch"' in message
+        assert "optimizers=(optimizer, scheduler)" in message
+    assert r["own_optimizer_mode"] == "sifting"

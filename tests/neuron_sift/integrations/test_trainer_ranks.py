@@ -170,15 +170,28 @@ WORKER = __file__.replace("test_trainer_ranks.py", "trainer_ranks_worker.py")
 @pytest.mark.slow
 def test_real_trainers_under_torchrun(tmp_path, monkeypatch):
     """2 gloo ranks on CPU. Without use_cpu (no accelerator visible) the Trainer runs
-    NOT_PARALLEL: each process trains all the data on its own, and with either sifting mode
-    the two processes train the same batches and end with identical weights, as without
-    sifting. With use_cpu=True the Trainer trains DDP over both: the plan is still sharded,
-    each rank training its half of every epoch."""
+    NOT_PARALLEL (accelerate 1.13 and later; DDP before): each process trains all the data on
+    its own, and with either sifting mode the two processes train the same batches and end with
+    identical weights, as without sifting. With use_cpu=True the Trainer trains DDP over both:
+    the plan is still sharded, each rank training its half of every epoch."""
     monkeypatch.setenv("USE_TORCH_XLA", "0")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
     r0, r1 = results(launch(WORKER, tmp_path, 2), 2)
 
+    check_ddp(r0["epoch_ddp"], r1["epoch_ddp"], r0["per_batch_ddp"], r1["per_batch_ddp"])
+    # Without use_cpu, accelerate decides: before 1.13 a torchrun launch (WORLD_SIZE > 1) on CPU
+    # trains MULTI_CPU, from 1.13 on only with cpu=True. Either way the loaders follow the Trainer.
+    without_cpu = (r0["epoch_not_parallel"]["parallel_mode"], r0["epoch_not_parallel"]["distributed_type"])
+    assert without_cpu in {("not_parallel", "NO"), ("distributed", "MULTI_CPU")}
+    if without_cpu == ("distributed", "MULTI_CPU"):
+        check_ddp(
+            r0["epoch_not_parallel"],
+            r1["epoch_not_parallel"],
+            r0["per_batch_not_parallel"],
+            r1["per_batch_not_parallel"],
+        )
+        return
     for name in ("epoch_not_parallel", "per_batch_not_parallel"):
         a, b = r0[name], r1[name]
         assert (a["parallel_mode"], a["distributed_type"], a["torch_world"]) == ("not_parallel", "NO", 2)
@@ -194,7 +207,9 @@ def test_real_trainers_under_torchrun(tmp_path, monkeypatch):
     assert len({i for step in a["steps"][8:12] for i in step}) == 32
     assert r0["per_batch_not_parallel"]["samples_seen"] == 4 * 64  # 4 epochs of all the data
 
-    a, b = r0["epoch_ddp"], r1["epoch_ddp"]
+
+def check_ddp(a, b, per_batch_a, per_batch_b):
+    """A Trainer training DDP over 2 ranks (ranks a and b): the plan sharded over both."""
     for r in (a, b):
         assert (r["parallel_mode"], r["distributed_type"], r["torch_world"]) == ("distributed", "MULTI_CPU", 2)
         assert r["ddp_wrapped"] and r["loader_world"] == 2 and not r["notices"]
@@ -203,7 +218,7 @@ def test_real_trainers_under_torchrun(tmp_path, monkeypatch):
     assert sorted(i for step in a["steps"][:4] + b["steps"][:4] for i in step) == list(range(64))
     sifted = [i for step in a["steps"][4:6] + b["steps"][4:6] for i in step]
     assert len(sifted) == len(set(sifted)) == 32  # the sifted epoch's plan, dealt without overlap
-    a, b = r0["per_batch_ddp"], r1["per_batch_ddp"]
+    a, b = per_batch_a, per_batch_b
     assert a["loader_world"] == b["loader_world"] == 2 and a["weights"] == b["weights"]
     assert a["global_step"] == b["global_step"]  # probabilistic draws, the same steps on both ranks
     assert a["samples_seen"] == b["samples_seen"] == 4 * 32  # each rank's shard of 4 epochs

@@ -141,7 +141,47 @@ def sifting_xla(out):
 
     result["compile_count"] = collect_metrics(trainer).compile_count
     result["compile_time_samples"] = met.metric_data("CompileTime")[0]  # the same count, read directly
-    return {"xla_fixed": result}
+    return {"xla_fixed": result, "xla_fused_default": fused_default_on_xla(out)}
+
+
+def fused_default_on_xla(out):
+    """The Trainer on XLA with optim="adamw_torch_fused" (transformers' default from 4.54 with
+    torch 2.8+): what each mode says at the call, whether a Trainer given its own optimizer is
+    let through, and whether torch's fused AdamW itself takes the Trainer's XLA parameters."""
+
+    def trainer():
+        return make_trainer(
+            out, n=16, xla=True, model=TinyTextClassifier(), num_train_epochs=1, optim="adamw_torch_fused"
+        )
+
+    enables = {
+        "sifting": lambda t: enable_sifting(t, sift_config("fixed", delay=0), SiftBertLoss()),
+        "epoch": lambda t: enable_epoch_sifting(t, EPOCH_CONFIG),
+    }
+    refused = {}
+    for name, enable in enables.items():
+        try:
+            enable(trainer())
+            refused[name] = None
+        except ValueError as exc:
+            refused[name] = str(exc)
+    own = trainer()
+    own.optimizer = torch.optim.AdamW(own.model.parameters())  # as Trainer(optimizers=(optimizer, None)) sets it
+    enables["sifting"](own)
+    params = list(trainer().model.parameters())
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    try:
+        torch.optim.AdamW(params, fused=True).step()
+        torch_refuses = None
+    except RuntimeError as exc:
+        torch_refuses = str(exc)
+    return {
+        "device": str(own.args.device),
+        "refused": refused,
+        "own_optimizer_mode": installed_mode(own),
+        "torch_refuses": torch_refuses,
+    }
 
 
 # -- epoch-level sifting (enable_epoch_sifting) ---------------------------------------------
