@@ -2,9 +2,10 @@
 
 A batch is parsed once into a tree: containers (dicts, lists/tuples of fields) and
 leaves that hold samples along one axis (tensors, NumPy arrays, or lists whose elements
-are the samples). Selection and accumulation work leaf by leaf, and the tree rebuilds the
-user's own types (including ``namedtuple`` and ``Mapping`` subclasses such as
-Hugging Face's ``BatchEncoding``).
+are the samples): a ``DefaultSiftingBatch`` (``default_sifting_batch.py``, re-exported
+here). Selection and accumulation work leaf by leaf, and the tree rebuilds the user's own
+types (including ``namedtuple`` and ``Mapping`` subclasses such as Hugging Face's
+``BatchEncoding``). This module is the parsing.
 
 Which axis of a list or tensor holds the samples is decided on the first batch and then
 reused (for lists nested in a batch too), so a short last batch cannot flip it:
@@ -21,13 +22,14 @@ reused (for lists nested in a batch too), so a short last batch cannot flip it:
 """
 
 import numbers
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
 from neuron_sift.data_model.data_model_interface import SiftingBatch, SiftingBatchTransform
-from neuron_sift.data_model.leaves import Indices, Leaf, as_index_tensor, is_array
+from neuron_sift.data_model.default_sifting_batch import DefaultSiftingBatch
+from neuron_sift.data_model.leaves import Leaf, is_array
 from neuron_sift.data_model.structure import BatchStructure
 from neuron_sift.exceptions import UnsupportedDataFormatException
 
@@ -90,103 +92,6 @@ def _dim1_size(batch: Any) -> int | None:
         if all(_holds_samples(e, candidate) for e in batch):
             return candidate
     return None
-
-
-class DefaultSiftingBatch(SiftingBatch):
-    """A parsed user batch: a ``BatchStructure`` of containers over sample-holding leaves.
-
-    Selection and joining work leaf by leaf and keep the structure object, so batches cut
-    from one source batch, and joined ones, share it. Other modules (device staging,
-    checkpoints) build batches from ``structure`` and new ``leaves`` through this API.
-
-    Args:
-        structure: the containers, fields and leaf numbering, shared with the batch the
-            leaves came from.
-        leaves: the sample-holding values, in ``structure``'s leaf order; the batch keeps
-            the list, so it must not be changed afterwards.
-        size: the number of samples every leaf holds.
-    """
-
-    def __init__(self, structure: BatchStructure, leaves: list[Leaf], size: int):
-        self._structure = structure
-        self._leaves = leaves
-        self._size = size
-
-    @property
-    def structure(self) -> BatchStructure:
-        """Fields and nesting of the user's batch; what batches must share to be joined."""
-        return self._structure
-
-    @property
-    def leaves(self) -> list[Leaf]:
-        """The sample-holding values in leaf order (read only: leaves are shared between batches)."""
-        return self._leaves
-
-    def with_leaves(self, leaves: list[Leaf], size: int) -> "DefaultSiftingBatch":
-        """A batch of this structure over other ``leaves`` of ``size`` samples each."""
-        return DefaultSiftingBatch(self._structure, leaves, size)
-
-    def __len__(self) -> int:
-        return self._size
-
-    def select(self, indices: Indices) -> "DefaultSiftingBatch":
-        """The samples at ``indices``: Python ints, a ``range``, or an int64 tensor of indices."""
-        if isinstance(indices, range):
-            return DefaultSiftingBatch(self._structure, [leaf.select(indices) for leaf in self._leaves], len(indices))
-        index_tensor = None
-        if isinstance(indices, torch.Tensor):
-            index_tensor = indices
-        elif any(isinstance(leaf.value, torch.Tensor) for leaf in self._leaves):
-            indices = list(indices)
-            index_tensor = as_index_tensor(indices)
-        else:
-            indices = list(indices)
-        leaves = [leaf.select(indices, index_tensor) for leaf in self._leaves]
-        n = index_tensor.shape[0] if index_tensor is not None else len(indices)
-        return DefaultSiftingBatch(self._structure, leaves, n)
-
-    def split_at(self, n: int) -> tuple["DefaultSiftingBatch", "DefaultSiftingBatch"]:
-        """The first ``n`` samples and the rest (views of tensors and arrays, no copy)."""
-        firsts, rests = [], []
-        for leaf in self._leaves:
-            v = leaf.value
-            if isinstance(v, torch.Tensor):
-                a, b = v.tensor_split([n], dim=leaf.axis)
-                firsts.append(Leaf(a, leaf.axis))
-                rests.append(Leaf(b, leaf.axis))
-            else:
-                firsts.append(leaf.select(range(n)))
-                rests.append(leaf.select(range(n, leaf.size())))
-        return (
-            DefaultSiftingBatch(self._structure, firsts, n),
-            DefaultSiftingBatch(self._structure, rests, self._size - n),
-        )
-
-    def concat(self, others: Sequence[SiftingBatch]) -> "DefaultSiftingBatch":
-        structure = self._structure
-        parts: list[DefaultSiftingBatch] = [self]
-        for o in others:
-            if not isinstance(o, DefaultSiftingBatch) or not structure.same_shape(o._structure):
-                raise UnsupportedDataFormatException(
-                    "cannot accumulate batches of different structure; every source batch must have the same fields"
-                )
-            parts.append(o)
-        paths = structure.leaf_paths()
-        leaves = [Leaf.concat([p._leaves[i] for p in parts], paths[i]) for i in range(len(self._leaves))]
-        return DefaultSiftingBatch(structure, leaves, sum(p._size for p in parts))
-
-    def to_user(self) -> Any:
-        """The batch in the user's own containers and types."""
-        return self._structure.build(self._leaves)
-
-    # A loss written for smart_sifting may read ``transformed_batch`` as the batch itself
-    # (``[t.to(device) for t in transformed_batch]``): iterate and index the user's view.
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.to_user())
-
-    def __getitem__(self, key: Any) -> Any:
-        return self.to_user()[key]
 
 
 def _tensor_fields(batch: Sequence[Any]) -> DefaultSiftingBatch | None:

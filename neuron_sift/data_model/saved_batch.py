@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from neuron_sift.data_model.data_model_interface import SiftingBatch
-from neuron_sift.data_model.default_batch import DefaultSiftingBatch
+from neuron_sift.data_model.default_sifting_batch import DefaultSiftingBatch
 from neuron_sift.data_model.leaves import Leaf
 from neuron_sift.data_model.list_batch import ListBatch
 from neuron_sift.data_model.tensor_batch import TensorBatch

@@ -10,17 +10,17 @@ last line. The counters in ``SiftingCounts`` stay exact whatever is logged.
 
 import logging
 
+from neuron_sift.shared.validation import positive_int
+
 
 class RateLimitedNotice:
     """One kind of repeated warning: first occurrence in full, then periodic summaries."""
 
     def __init__(self, logger: logging.Logger, first: str, summary: str, interval: int = 100):
-        if interval < 1:
-            raise ValueError(f"interval must be >= 1, got {interval}")
         self.logger = logger
         self.first = first  # format with (count, where)
         self.summary = summary  # format with (count, occurrences, source batches)
-        self.interval = interval
+        self.interval = positive_int(interval, "interval", what="source batches between summary lines")
         self.total = 0  # every occurrence ever reported, logged or not
         self._unlogged = 0
         self._unlogged_batches = 0

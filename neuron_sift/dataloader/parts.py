@@ -1,4 +1,4 @@
-"""The loader's parts as the per-epoch iterator and the checkpoint see them.
+"""The loader's parts as its pass over the source and its checkpoint see them.
 
 Why a Protocol: the loader makes its iterator and composes its checkpoint, so both are
 below it; naming here what they read of the loader (instead of importing the loader
@@ -14,10 +14,11 @@ import torch
 from neuron_sift.backends.base import Backend
 from neuron_sift.backends.pending import PendingStore
 from neuron_sift.data_model.data_model_interface import SiftingBatch
+from neuron_sift.data_model.saved_batch import SavedBatch
 from neuron_sift.dataloader.agreement import EmissionAgreement
-from neuron_sift.dataloader.counts import SiftingCounts
 from neuron_sift.dataloader.delay import SiftDelay
 from neuron_sift.dataloader.notices import RateLimitedNotice
+from neuron_sift.dataloader.sifting_counts import SiftingCounts
 from neuron_sift.engine.sifter import Sifter
 from neuron_sift.shared.counts import PhaseTimings
 from neuron_sift.shared.iterators import IteratorGeneration
@@ -27,12 +28,19 @@ from neuron_sift.sift_config.sift_configs import RelativeProbabilisticSiftConfig
 
 @dataclass
 class PassPosition:
-    """Where the loader stands in its pass over the source: the epoch's index, whether that
-    epoch is under way, and the source batches of it fully counted (``consumed``)."""
+    """Where the loader stands in its pass over the source: the epochs started (``epoch``,
+    what ``loader.epoch`` reports, as the epoch loader's does), whether the last one is under
+    way, and the source batches of it fully counted (``consumed``)."""
 
     epoch: int = 0
     in_progress: bool = False
     consumed: int = 0
+
+    @property
+    def index(self) -> int:
+        """The 0-based index of the current (or last) epoch: how the logs, the epoch mode and
+        samplers' ``set_epoch`` number epochs (-1 before the first)."""
+        return self.epoch - 1
 
     def state_dict(self) -> dict:
         return asdict(self)
@@ -43,7 +51,7 @@ class PassPosition:
 
 
 class LoaderParts(Protocol):
-    """What ``SiftingEpoch`` and ``checkpoint.py`` use of a ``SiftingDataloader``."""
+    """What ``SiftingPass`` and ``loader_checkpoint.py`` use of a ``SiftingDataloader``."""
 
     # the user's arguments
     orig_dataloader: Any
@@ -76,3 +84,22 @@ class LoaderParts(Protocol):
     def pending_store_for(self, batch: SiftingBatch) -> PendingStore: ...
 
     def restore_pending(self, batch_size: int | None, saved: dict | None) -> None: ...
+
+
+def new_pending_store(sl: LoaderParts, default_batch: bool) -> PendingStore:
+    """The backend's pending store for the loader ``sl``, once its batch size is known: added
+    to in rows of fixed mode's keep count (else of a batch), bounded by ``max_pending`` when
+    the ranks agree on emission; ``default_batch``: for batches of the default handling."""
+    b = sl.batch_size
+    assert b is not None  # learned from the first scored batch, or restored with the checkpoint
+    rows = sl.sifter.fixed_keep_count(b) if sl.selection_mode == "fixed" else b
+    limit = sl.agreement.max_pending(b) if sl.agreement.coordinated else None
+    return sl.backend.pending_store(b, rows, limit, default_batch)
+
+
+def restored_pending_store(sl: LoaderParts, saved: dict) -> PendingStore:
+    """A pending store for ``sl`` holding a checkpoint's ``saved`` pending samples."""
+    restored = SavedBatch(saved)
+    store = new_pending_store(sl, restored.is_default)
+    store.restore(restored)
+    return store

@@ -1,20 +1,14 @@
 """``SiftingDataloader``: wraps a DataLoader and yields full batches of kept samples.
 
-The loader object keeps the arguments, ``len`` and the state API; its parts do the work,
-each with one job and its own ``state_dict``: the per-epoch iterator (``epoch_iterator.py``:
-look-ahead, scoring, emission), the pass position (``parts.PassPosition``), the engine
+The loader object keeps the arguments (checked in ``loader_arguments.py``), ``len`` and the
+state API; its parts do the work, each with one job and its own ``state_dict``: the pass
+over the source, one per epoch (``sifting_pass.py``: look-ahead, scoring, emission; what
+is delayed, carried over or dropped), its position (``parts.PassPosition``), the engine
 (``engine.Sifter``: the loss history and the selection step), the backend's pending store
-(``backends/pending.py``: kept samples pending until a full batch), the data-parallel
-agreement (``agreement.py``), the delay (``delay.py``) and the counts (``counts.py``).
-The checkpoint is their composition plus a version (``checkpoint.py``). The iterator and
-the checkpoint see the loader through ``parts.LoaderParts``.
-
-Counting rules (see README): ``sift_delay`` counts source batches from the start of
-training, which during the delay are passed through unchanged and so are training steps
-too. Kept samples not yet emitted at the end of an epoch are carried into the next epoch
-and emitted first; nothing is repeated. Samples are dropped only under data-parallel
-agreement in probabilistic mode, when a rank keeps more than its peers and its pending
-samples would pass ``max_pending`` (counted, logged; see ``SiftingCounts``).
+(``backends/pending.py``), the data-parallel agreement (``agreement.py``), the delay
+(``delay.py``) and the counts (``sifting_counts.py``). The checkpoint is their composition
+plus a version (``loader_checkpoint.py``); the batches a pass will emit are counted ahead
+in ``batch_counts.py``. These see the loader through ``parts.LoaderParts``.
 """
 
 import logging
@@ -26,25 +20,26 @@ import torch
 from neuron_sift.backends import resolve_backend
 from neuron_sift.backends.base import model_device
 from neuron_sift.backends.pending import PendingStore
-from neuron_sift.data_model.data_model_interface import SiftingBatch, check_batch_transform
-from neuron_sift.data_model.default_batch import DefaultBatchTransform, DefaultSiftingBatch
-from neuron_sift.data_model.saved_batch import SavedBatch
+from neuron_sift.data_model.data_model_interface import SiftingBatch
+from neuron_sift.data_model.default_batch import DefaultBatchTransform
+from neuron_sift.data_model.default_sifting_batch import DefaultSiftingBatch
+from neuron_sift.dataloader import loader_arguments as arguments
 from neuron_sift.dataloader.agreement import EmissionAgreement
-from neuron_sift.dataloader.checkpoint import loader_state, restore_loader_state
-from neuron_sift.dataloader.counts import SiftingCounts
+from neuron_sift.dataloader.batch_counts import check_yields_a_batch, exact_pass_length, plan_loader
 from neuron_sift.dataloader.delay import SiftDelay
-from neuron_sift.dataloader.epoch_iterator import SiftingEpoch
+from neuron_sift.dataloader.loader_checkpoint import loader_state, restore_loader_state
 from neuron_sift.dataloader.notices import drop_notice, nonfinite_notice
-from neuron_sift.dataloader.parts import PassPosition
-from neuron_sift.dataloader.planning import check_yields_a_batch, plan_epochs, source_batch_sizes
+from neuron_sift.dataloader.parts import PassPosition, new_pending_store, restored_pending_store
 from neuron_sift.dataloader.rank_settings import check_same_on_every_rank
+from neuron_sift.dataloader.sifting_counts import SiftingCounts
+from neuron_sift.dataloader.sifting_pass import SiftingPass
 from neuron_sift.engine.sifter import Sifter
 from neuron_sift.loss.abstract_sift_loss_module import resolve_loss_fn
 from neuron_sift.shared.counts import PhaseTimings
 from neuron_sift.shared.iterators import IteratorGeneration
 from neuron_sift.shared.logs import LOADER_LOGGER
 from neuron_sift.shared.ranks import RankGroup
-from neuron_sift.shared.sources import batch_settings, first_batch_size, underlying_dataloader
+from neuron_sift.shared.sources import first_batch_size, underlying_dataloader
 from neuron_sift.sift_config.sift_configs import coerce_sift_config
 
 logger = logging.getLogger(LOADER_LOGGER)
@@ -116,32 +111,24 @@ class SiftingDataloader:
         max_pending: int | None = None,
     ):
         self.sift_config = coerce_sift_config(sift_config)
-        if orig_dataloader is None or not hasattr(orig_dataloader, "__iter__"):
-            raise TypeError(f"orig_dataloader must be an iterable of batches, got {type(orig_dataloader).__name__}")
-        self.orig_dataloader = orig_dataloader
+        self.orig_dataloader = arguments.check_source(orig_dataloader)
         self.loss_impl = loss_impl
         self.loss_fn: Callable[..., Any] = resolve_loss_fn(loss_impl)
-        if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"model must be a torch.nn.Module (or LightningModule), got {type(model).__name__}")
-        self.model = model
-        for name, flag in (("log_batch_data", log_batch_data), ("log_batch_contents", log_batch_contents)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+        self.model = arguments.check_model(model)
+        arguments.check_flags(log_batch_data=log_batch_data, log_batch_contents=log_batch_contents)
         self.log_batch_data = log_batch_data
         self.log_batch_contents = log_batch_contents
         self._planning_loader = underlying_dataloader(orig_dataloader)
-        nominal = batch_settings(self._planning_loader).batch_size
-        self._batch_size: int | None = nominal if nominal is not None and nominal > 0 else None
-        if batch_transforms is None:
-            self.batch_transforms = DefaultBatchTransform(self._first_batch_size(), batch_format_index)
-        else:
-            self.batch_transforms = check_batch_transform(batch_transforms)
+        self._batch_size: int | None = arguments.nominal_batch_size(self._planning_loader)
+        self.batch_transforms = arguments.batch_transform_for(
+            batch_transforms, self._planning_loader, self._batch_size, batch_format_index
+        )
         self.batch_format_index = batch_format_index
-        self.backend = resolve_backend(model_device(model), backend)
+        self.backend = resolve_backend(model_device(self.model), backend)
         self.ranks = RankGroup(distributed, self.backend.device)
         self.counts = SiftingCounts()
         self.sifter = Sifter(self.sift_config, self.backend, self.ranks)
-        # The parts, each with its own state_dict (checkpoint.py composes them).
+        # The parts, each with its own state_dict (loader_checkpoint.py composes them).
         coordinated = self.ranks.active and self.sift_config.selection_mode == "probabilistic"
         self.agreement = EmissionAgreement(self.ranks, coordinated, self.sift_config.beta_value, max_pending)
         check_same_on_every_rank(self.sift_config, self._planning_loader, self._batch_size, max_pending, self.ranks)
@@ -157,9 +144,6 @@ class SiftingDataloader:
         # Host seconds and calls per phase: transform, calculate_relevance_values (the
         # user's scoring forward), should_sift, sift, accumulate, reverse_transform.
         self.timings = self.phases.entries
-
-    def _first_batch_size(self) -> int | None:
-        return first_batch_size(self._planning_loader, self._batch_size)
 
     # -- public properties -------------------------------------------------------------
 
@@ -187,6 +171,8 @@ class SiftingDataloader:
 
     @property
     def epoch(self) -> int:
+        """Epochs started (as the epoch loader's ``epoch``): during the first, 1; the current
+        epoch's 0-based index, the one in the log lines and notes, is ``epoch - 1``."""
         return self.position.epoch
 
     @property
@@ -199,13 +185,11 @@ class SiftingDataloader:
         """Batches the next epoch emits: exact in ``fixed`` mode, an estimate in ``probabilistic``.
 
         After ``load_state_dict()`` of a checkpoint taken mid-epoch, the batches the resumed
-        epoch still emits (its first iteration continues that epoch).
-
-        The estimate is the expected count (kept share ``1 / (1 + beta)`` of the source
-        samples after the delay, plus the samples already pending), so a learning-rate
-        schedule or a Trainer sized from ``len(loader)`` ends near its planned end; the
-        actual count varies by a few batches. Raises ``TypeError`` when the source loader
-        has no length (like a DataLoader over an IterableDataset).
+        epoch still emits (its first iteration continues that epoch). The estimate is the
+        expected count (``plan_epochs``), so a learning-rate schedule or a Trainer sized from
+        ``len(loader)`` ends near its planned end; the actual count varies by a few batches.
+        Raises ``TypeError`` when the source loader has no length (like a DataLoader over an
+        IterableDataset).
 
         Returns:
             The number of batches of the next epoch (or of the rest of a resumed one).
@@ -238,47 +222,27 @@ class SiftingDataloader:
             self.position = PassPosition(self.position.epoch + 1, True, 0)
             self.delay.new_epoch()
         self._resume = False
-        planned = self._exact_epoch_plan(skip)
-        return SiftingEpoch(self, self.iterations.start(), self.position, skip, planned)
-
-    def _exact_epoch_plan(self, skip: int) -> int | None:
-        """This epoch's exact batch count (what is left of it after ``skip`` consumed source
-        batches), when known in advance (fixed mode, sized source). A resumed epoch plans
-        what is left of it, so that the look-ahead scores the trailing source batches at the
-        same point as the uninterrupted run."""
-        if self.selection_mode != "fixed" or self._batch_size is None:
-            return None
-        try:
-            return self._plan(1, skip)[0][0]
-        except TypeError:
-            return None
+        planned = exact_pass_length(self, self._planning_loader, skip)
+        return SiftingPass(self, self.iterations.start(), self.position, skip, planned)
 
     def pending_store_for(self, batch: SiftingBatch) -> PendingStore:
         """The pending store, made by the backend for this kind of batch at the first scored one."""
         if self._batch_size is None:
             self._batch_size = len(batch)
         if self.pending is None:
-            self.pending = self._make_store(isinstance(batch, DefaultSiftingBatch))
+            self.pending = new_pending_store(self, isinstance(batch, DefaultSiftingBatch))
         return self.pending
-
-    def _make_store(self, default_batch: bool) -> PendingStore:
-        b = self._batch_size
-        assert b is not None
-        rows = self.sifter.fixed_keep_count(b) if self.selection_mode == "fixed" else b
-        limit = self.max_pending if self.agreement.coordinated else None
-        return self.backend.pending_store(b, rows, limit, default_batch)
 
     # -- planning ------------------------------------------------------------------------
 
     def plan_epochs(self, epochs: int = 1) -> tuple[list[int], int]:
         """Batches each of the next ``epochs`` epochs emits, and the source samples they score.
 
-        Exact in ``fixed`` mode; the expected counts in ``probabilistic`` mode (kept share
-        ``1 / (1 + beta)`` of every scored sample). Accounts for ``sift_delay`` (and its
+        Exact in ``fixed`` mode; the expected counts in ``probabilistic`` mode (the config's
+        ``expected_kept_share()`` of every scored sample). Accounts for ``sift_delay`` (and its
         repetition per epoch) and for kept samples carried from one epoch into the next.
         Plans from the start of the next epoch, or, after ``load_state_dict()`` of a
-        checkpoint taken mid-epoch, from where the resumed epoch continues. Raises
-        ``TypeError`` when the source loader has no length.
+        checkpoint taken mid-epoch, from where the resumed epoch continues.
 
         Args:
             epochs: how many epochs to plan (int >= 1).
@@ -292,16 +256,7 @@ class SiftingDataloader:
             ValueError: ``epochs`` is not an int >= 1.
             SiftConfigValidationException: fixed mode would keep no sample of a batch.
         """
-        return self._plan(epochs, self.position.consumed if self._resume else 0)
-
-    def _plan(self, epochs: int, resume_at: int) -> tuple[list[int], int]:
-        sizes = source_batch_sizes(self._planning_loader, self._batch_size)
-        if self.selection_mode == "fixed" and sizes:
-            assert self._batch_size is not None  # source_batch_sizes raises TypeError without one
-            self.sifter.fixed_keep_count(self._batch_size)  # raises if a full batch would keep nothing
-        return plan_epochs(
-            self.sift_config, sizes, self._batch_size, self.delay.progress, self.num_pending, epochs, resume_at
-        )
+        return plan_loader(self, self._planning_loader, epochs, self.position.consumed if self._resume else 0)
 
     # -- checkpoints -----------------------------------------------------------------------
 
@@ -351,12 +306,8 @@ class SiftingDataloader:
         """Part of ``load_state_dict``: the batch size and the checkpoint's pending samples."""
         self._batch_size = batch_size
         if batch_size is not None and isinstance(self.batch_transforms, DefaultBatchTransform):
-            self.batch_transforms.nominal_batch_size = self._first_batch_size()
-        self.pending = None
-        if saved is not None:
-            restored = SavedBatch(saved)
-            self.pending = self._make_store(restored.is_default)
-            self.pending.restore(restored)
+            self.batch_transforms.nominal_batch_size = first_batch_size(self._planning_loader, batch_size)
+        self.pending = None if saved is None else restored_pending_store(self, saved)
 
     # -- inspection ----------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from neuron_sift.integrations.passes import passes_of, sifting_loader_of
 from neuron_sift.shared.checkpoints import StateFormat, state_kind
 from neuron_sift.shared.iterators import IteratorGeneration
 from neuron_sift.shared.sources import underlying_dataloader
+from neuron_sift.shared.validation import positive_int
 
 STATE_FORMAT = StateFormat(
     "ExactLengthLoader",
@@ -98,9 +99,9 @@ class ExactLengthLoader:
         self.loader = sifting_loader_of(loader)
         self._passes = passes_of(self.loader)
         if steps_per_epoch is None:
-            steps_per_epoch = self._passes.default_steps(epochs)
-        elif isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, int) or steps_per_epoch < 1:
-            raise ValueError(f"steps_per_epoch must be an int >= 1, got {steps_per_epoch!r}")
+            steps_per_epoch = self._passes.default_steps(epochs)  # 0 for an empty source
+        else:
+            positive_int(steps_per_epoch, "steps_per_epoch")
         self.steps_per_epoch = steps_per_epoch
         self.passes = 0  # passes started so far
         self._stream: Iterator[Any] | None = None

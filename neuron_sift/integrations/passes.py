@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from neuron_sift.dataloader.checkpoint import epoch_in_progress
+from neuron_sift.dataloader.loader_checkpoint import epoch_in_progress
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
 from neuron_sift.epoch.loader import EpochSiftingDataloader
 from neuron_sift.shared.sources import underlying_dataloader

@@ -84,7 +84,7 @@ def _std_of_count(sl: Any, sifted: int) -> float:
     """Binomial spread, in batches, of the kept count of ``sifted`` samples (probabilistic mode)."""
     if sl.selection_mode == "fixed":
         return 0.0
-    s = 1.0 / (1.0 + sl.sift_config.beta_value)
+    s = sl.sift_config.expected_kept_share()
     return math.sqrt(sifted * s * (1.0 - s)) / sl.batch_size
 
 

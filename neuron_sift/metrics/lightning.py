@@ -42,6 +42,7 @@ from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
 from neuron_sift.metrics.sifting_metrics import DEFAULT_QUANTILES, collect_metrics, find_loader
 from neuron_sift.metrics.snapshots import EpochSiftingMetrics, SiftingMetrics
 from neuron_sift.shared.sources import underlying_dataloader
+from neuron_sift.shared.validation import positive_int
 
 
 class TrainingMetricsRecorder(Callback):
@@ -63,12 +64,8 @@ class TrainingMetricsRecorder(Callback):
         prefix: str | None = None,
     ):
         super().__init__()
-        if log_every_n_steps is not None and (
-            isinstance(log_every_n_steps, bool) or not isinstance(log_every_n_steps, int) or log_every_n_steps < 1
-        ):
-            raise ValueError(f"log_every_n_steps must be an int >= 1 or None, got {log_every_n_steps!r}")
+        self.log_every_n_steps = positive_int(log_every_n_steps, "log_every_n_steps", allow_none=True)
         self.loader = loader
-        self.log_every_n_steps = log_every_n_steps
         self.quantiles = tuple(quantiles)
         self.prefix = prefix
         self.records: list[tuple[int, SiftingMetrics | EpochSiftingMetrics]] = []

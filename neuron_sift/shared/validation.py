@@ -1,14 +1,15 @@
-"""Validation helpers for the configs of both modes: every refusal a
-``SiftConfigValidationException`` naming ``Owner.key``.
+"""Validation helpers: for the configs of both modes, every refusal a
+``SiftConfigValidationException`` naming ``Owner.key``; for plain arguments (counts of
+epochs, steps, batches), ``positive_int``.
 
-Why shared: a user sees one style of message whichever config they got wrong.
+Why shared: a user sees one style of message whichever config or argument they got wrong.
 """
 
 import dataclasses
 import math
 import numbers
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from neuron_sift.exceptions import SiftConfigValidationException
 
@@ -24,6 +25,34 @@ def check_int(owner: str, key: str, value: Any, minimum: int) -> None:
         fail(owner, key, f"expected an int, got {type(value).__name__} {value!r}")
     if value < minimum:
         fail(owner, key, f"must be >= {minimum}, got {value}")
+
+
+@overload
+def positive_int(value: Any, name: str, *, allow_none: Literal[False] = False, what: str = "") -> int: ...
+
+
+@overload
+def positive_int(value: Any, name: str, *, allow_none: bool, what: str = "") -> int | None: ...
+
+
+def positive_int(value: Any, name: str, *, allow_none: bool = False, what: str = "") -> int | None:
+    """``value`` if it is an int >= 1 (or None, with ``allow_none``), else a ``ValueError``
+    naming the argument ``name`` and the value given; ``what`` says what the count is.
+
+    Refuses ``bool`` (an int to Python, never meant as a count) and every other type,
+    NumPy integers included: the arguments checked here never took them, and a count that
+    arrives as a float or an array scalar is usually a computed value gone wrong.
+
+    Returns:
+        ``value`` unchanged (an int >= 1, or None when ``allow_none``).
+    """
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        meaning = f" ({what})" if what else ""
+        optional = " or None" if allow_none else ""
+        raise ValueError(f"{name} must be an int >= 1{meaning}{optional}, got {value!r}")
+    return value
 
 
 def check_bool(owner: str, key: str, value: Any) -> None:

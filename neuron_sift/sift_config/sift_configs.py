@@ -171,10 +171,26 @@ class RelativeProbabilisticSiftConfig:
         assert isinstance(loss_config.sift_config, SiftingBaseConfig)
         return loss_config.sift_config
 
+    def expected_kept_share(self) -> float:
+        """The share of scored samples the rule keeps on average: ``1 / (1 + beta_value)``.
+
+        Each sample is kept with probability ``percentile ** beta``; with its loss's
+        percentile uniform over the history (losses stationary within the history window),
+        that averages ``1 / (1 + beta)``. While the loss falls fast, new losses rank low and
+        fewer are kept. The planned lengths (``len(loader)``, ``plan_epochs``) and their
+        spread (``planned_steps_std``) count with it; fixed mode keeps this share of every
+        source batch, rounded (``fixed_keep_count``).
+
+        Returns:
+            A share in (0, 1).
+        """
+        return 1.0 / (1.0 + self.beta_value)
+
     def fixed_keep_count(self, batch_size: int) -> int:
         """Samples fixed mode keeps of a source batch: ``round(B / (1 + beta))``, halves rounded up.
 
-        Halves round up, not to even as Python's ``round`` does.
+        ``B * expected_kept_share()``, rounded; halves round up, not to even as Python's
+        ``round`` does.
 
         Args:
             batch_size: B, the source batch's size.
@@ -183,6 +199,9 @@ class RelativeProbabilisticSiftConfig:
             The number of samples kept (0 when ``B / (1 + beta) < 0.5``; the loader then
             raises ``SiftConfigValidationException`` at the first batch).
         """
+        # Divided, as it always was, not multiplied by the share: at a half the product can
+        # land just below it (B = 26, beta = 1.08: 12.5, kept 13 this way, 12 the other), and
+        # the count must be the exact arithmetic's on the beta the user wrote, as before.
         return int(math.floor(batch_size / (1.0 + self.beta_value) + 0.5))
 
 

@@ -79,16 +79,16 @@ def assert_context_visible(exc, caplog, expected):
 @pytest.mark.parametrize(
     "where, make, expected",
     [
-        ("the loss", lambda: loader(loss_impl=BoomLoss()), "while scoring source batch 0 of epoch 1"),
+        ("the loss", lambda: loader(loss_impl=BoomLoss()), "while scoring source batch 0 of epoch 0"),
         (
             "the transform",
             lambda: loader(batch_transforms=BoomTransform()),
-            "while transforming source batch 0 of epoch 1",
+            "while transforming source batch 0 of epoch 0",
         ),
         (
             "the source loader",
             lambda: loader(orig_dataloader=DataLoader(FailsAtSample(32, bad=17), batch_size=8)),
-            "while loading source batch 2 of epoch 1",
+            "while loading source batch 2 of epoch 0",
         ),
     ],
 )

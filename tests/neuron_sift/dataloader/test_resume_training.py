@@ -15,7 +15,6 @@ compiles a graph the uninterrupted run did not: the same graphs on the same inpu
 is what makes the bitwise comparison portable.
 """
 
-import io
 import itertools
 
 import pytest
@@ -23,6 +22,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from neuron_sift import RelativeProbabilisticSiftConfig, SiftingDataloader
+from tests.helpers.state_roundtrip import roundtrip
 from tests.neuron_sift.dataloader.fakes import Classifier
 
 B, N, EPOCHS = 8, 22 * 8 + 5, 2  # 23 source batches per epoch, the last one of 5
@@ -57,13 +57,6 @@ def make(mode, device="cpu", delay=3, repeat=True, global_history=False):
     )
     opt = torch.optim.SGD(model.parameters(), lr=0.2)
     return loader, sampler, model, opt
-
-
-def roundtrip(obj):
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    buf.seek(0)
-    return torch.load(buf, weights_only=True)
 
 
 def mark_step(device):

@@ -380,7 +380,7 @@ def test_dynamic_padding_error_names_the_source_batch():
     )
     with pytest.raises(Exception, match="pad every batch to the same shape") as info:
         list(loader)
-    assert any("of epoch 1" in note and "source batch" in note for note in info.value.__notes__)
+    assert any("of epoch 0" in note and "source batch" in note for note in info.value.__notes__)  # 0-based
 
 
 class _ReturnsLoss:

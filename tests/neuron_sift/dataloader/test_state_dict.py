@@ -1,6 +1,5 @@
 """Checkpoint and resume: a resumed run emits exactly what the uninterrupted run emits."""
 
-import io
 import os
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from neuron_sift import RelativeProbabilisticSiftConfig, SiftingDataloader
+from tests.helpers.state_roundtrip import roundtrip
 from tests.neuron_sift.dataloader.fakes import LossTableDataset, OracleLoss, tiny_model
 
 N, B, EPOCHS = 230, 16, 3  # 230 % 16 = 6: a short last batch every epoch
@@ -45,13 +45,6 @@ def run(loader, sampler, start_epoch=0, stop_after=None):
             if stop_after is not None and len(out) == stop_after:
                 return out, epoch
     return out, EPOCHS
-
-
-def roundtrip(state):
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    buf.seek(0)
-    return torch.load(buf, weights_only=True)
 
 
 @pytest.mark.parametrize("mode", ["probabilistic", "fixed"])

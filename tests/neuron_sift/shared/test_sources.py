@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
 from neuron_sift import EpochSiftingDataloader, SiftingDataloader
-from neuron_sift.epoch.source import inspect_source
+from neuron_sift.epoch.user_data.source_loader import inspect_source
 from neuron_sift.shared.sources import sampler_info, underlying_dataloader, unwrap
 
 

@@ -1,6 +1,7 @@
-"""Config validation helpers (``neuron_sift.shared.validation``): every refusal is a
+"""Validation helpers (``neuron_sift.shared.validation``): for configs, every refusal is a
 ``SiftConfigValidationException`` whose message starts with ``Owner.key``, whichever
-mode's config the user got wrong."""
+mode's config the user got wrong; for plain count arguments, ``positive_int``'s
+``ValueError`` names the argument and the value."""
 
 from dataclasses import dataclass
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 from neuron_sift.exceptions import SiftConfigValidationException
-from neuron_sift.shared.validation import check_bool, check_int, check_real, coerce, fail, from_mapping
+from neuron_sift.shared.validation import check_bool, check_int, check_real, coerce, fail, from_mapping, positive_int
 
 
 def refused(prefix: str):
@@ -95,3 +96,35 @@ def test_coerce_takes_an_instance_or_a_dict():
         coerce(Inner, 3)
     with refused(r"epoch_config: expected a Inner or a dict, got str$"):
         coerce(Inner, "a", argument="epoch_config")
+
+
+# -- positive_int ---------------------------------------------------------------------------
+
+
+def test_positive_int_passes_a_count_through():
+    assert positive_int(1, "epochs") == 1 and positive_int(7, "epochs") == 7
+    assert positive_int(None, "lookahead", allow_none=True) is None
+
+
+@pytest.mark.parametrize(
+    "value, shown",
+    [
+        (0, "0"),
+        (-3, "-3"),
+        (True, "True"),
+        (2.0, "2.0"),
+        ("3", "'3'"),
+        (None, "None"),
+        (np.int64(2), r"np\.int64\(2\)|2"),
+    ],
+)
+def test_positive_int_refuses_what_is_no_count_naming_argument_and_value(value, shown):
+    with pytest.raises(ValueError, match=rf"^steps_per_epoch must be an int >= 1, got ({shown})$"):
+        positive_int(value, "steps_per_epoch")
+
+
+def test_positive_int_says_what_the_count_is_and_that_none_is_allowed():
+    with pytest.raises(ValueError, match=r"^lookahead must be an int >= 1 \(batches held\) or None, got 0$"):
+        positive_int(0, "lookahead", allow_none=True, what="batches held")
+    with pytest.raises(ValueError, match=r"^epochs must be an int >= 1, got None$"):
+        positive_int(None, "epochs")

@@ -246,6 +246,26 @@ def test_coerce_rejects_other_types():
     _raises(lambda: coerce_sift_config(LossConfig()), "sift_config", "LossConfig")
 
 
+# -- expected_kept_share --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("beta", [0.1, 0.5, 1, 3, 9])
+def test_expected_kept_share_is_the_rules_mean_over_uniform_percentiles(beta):
+    """The rule keeps a sample with probability ``percentile ** beta``; over percentiles
+    spread evenly on (0, 1) that averages ``1 / (1 + beta)``."""
+    percentiles = (np.arange(200_000) + 0.5) / 200_000
+    share = RPSC(beta, 10).expected_kept_share()
+    assert share == pytest.approx(float(np.mean(percentiles**beta)), rel=1e-6)
+    assert share == 1.0 / (1.0 + beta)
+
+
+@pytest.mark.parametrize("beta", [0.1, 0.6, 1, 1.08, 3, 100])
+def test_fixed_mode_keeps_the_expected_share_of_every_batch_rounded(beta):
+    cfg = RPSC(beta, 10)
+    for b in range(1, 513):
+        assert abs(cfg.fixed_keep_count(b) - b * cfg.expected_kept_share()) <= 0.5 + 1e-9, b
+
+
 # -- fixed_keep_count -----------------------------------------------------------------------
 
 

@@ -1,5 +1,5 @@
-"""The per-epoch iterator's lifetime (``epoch_iterator.SiftingEpoch``) and the loader's pass
-position (``parts.PassPosition``)."""
+"""A pass's lifetime (``sifting_pass.SiftingPass``: one epoch over the source) and the
+loader's pass position (``parts.PassPosition``), whose epochs the notes number from 0."""
 
 import gc
 import weakref
@@ -67,3 +67,43 @@ def test_pass_position_round_trips_through_its_state():
     position = PassPosition(3, True, 5)
     assert PassPosition.from_state(position.state_dict()) == position
     assert position.state_dict() == {"epoch": 3, "in_progress": True, "consumed": 5}
+
+
+def test_pass_position_counts_epochs_started_and_indexes_them_from_0():
+    assert PassPosition().index == -1  # before the first epoch
+    assert PassPosition(1, True, 0).index == 0
+    loader = make_loader()
+    list(loader)
+    assert loader.epoch == 1 and loader.position.index == 0  # as the epoch loader's epoch and its logs
+
+
+class FailsInSecondEpoch(torch.utils.data.Dataset):
+    """Raises at one sample of the second pass over it."""
+
+    def __init__(self, n, bad):
+        self.n, self.bad, self.reads = n, bad, 0
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        self.reads += 1
+        if self.reads > self.n and i == self.bad:
+            raise KeyError(f"sample {i}")
+        return torch.tensor(i), torch.tensor(i / self.n)
+
+
+def test_notes_number_epochs_from_0_as_the_epoch_mode_and_set_epoch_do():
+    config = RelativeProbabilisticSiftConfig(
+        beta_value=1.0, loss_history_length=32, loss_based_sift_config={"sift_config": {"sift_delay": 0}}
+    )
+    loader = SiftingDataloader(
+        sift_config=config,
+        orig_dataloader=torch.utils.data.DataLoader(FailsInSecondEpoch(32, bad=9), batch_size=8),
+        loss_impl=OracleLoss(),
+        model=tiny_model(),
+    )
+    list(loader)  # epoch 0
+    with pytest.raises(KeyError) as info:
+        list(loader)
+    assert "neuron_sift: while loading source batch 1 of epoch 1 from orig_dataloader" in info.value.__notes__
