@@ -1,42 +1,37 @@
 """Epoch-level sifting: plan each epoch from the losses training already computed.
 
-Thin parts, one job each:
+Rooms, each below the ones that use it (every import points down this list):
 
-- ``policy``: scores -> keep probabilities -> inclusion probabilities -> loss weights (the
-  pure functions the planner runs on the host);
-- ``quantiles``: percentiles of all scores from mergeable per-part summaries, within a
-  stated rank error (the sharded table's percentiles);
-- ``draws``: a seed per epoch, systematic sampling;
-- ``planner``: which samples each epoch trains on, in what order, on which rank, and every
-  count derived from that (``len()``, ``planned_steps()``);
-- ``sharded``, ``ownership``: the planner of a sharded score table (each rank plans the
-  samples it owns) and the map from a rank's samples to its tables' slots;
-- ``reshard``, ``reowning``, ``dealing``: every rank's state made into this rank's at
-  another world size (replicated, then sharded tables), the rest of an epoch dealt out;
-- ``opening``: the one point per epoch where scores reach the host, merge and become a plan;
-- ``progress``: the per-epoch iterator, the epoch's position and look-ahead;
-- ``tables``: the score and weight tables, where the backend keeps state;
-- ``shares``: each rank's share of the scores and their merge;
-- ``guard``: the label-noise guard's streaks;
-- ``pairing``: losses paired with the sample ids of their batch, and the counts of pairs;
-- ``history``: the record of planned epochs and the phase timings;
-- ``report``: the ``metrics()`` snapshot over the parts;
-- ``sampling``: the user's sampler read as the samples a plan may draw and their order;
-- ``source``: the user's DataLoader rebuilt around the planned batch sampler;
-- ``checkpoint``: the versioned composition of the parts' states;
-- ``loader``: ``EpochSiftingDataloader``, the arguments, lengths and state API over the parts.
+- ``loader``: ``EpochSiftingDataloader``, the arguments, lengths and state API over the parts;
+- ``score_table``: the registry of score tables (replicated, sharded), the one place the
+  config's ``score_table`` is read: each builds its planner and shares and resumes;
+- ``resuming/``: the checkpoint's layout and versions, the checks every rank's states pass,
+  and resuming at another world size (``reshard`` replicated, ``sharded_reshard`` sharded);
+- ``running/``: one epoch: opening it, iterating it (``progress``), pairing losses with
+  samples, the record of epochs (``history``) and the ``metrics()`` snapshot;
+- ``scores/``: the score tables, each rank's share of them and their merge, the sharded
+  planner and its ownership map, and the checks of a plan against a table's layout;
+- ``planning/``: the plan and its settings, the replicated planner (every count),
+  dealing an epoch's rest out, the settings every rank must agree on;
+- ``selection/``: scores -> keep priorities -> inclusion probabilities -> loss weights
+  (``policy``), percentiles from mergeable summaries (``quantiles``), seeded draws, the
+  label-noise guard;
+- ``user_data/``: the user's sampler and DataLoader (Streaming's too), read and rebuilt
+  around the planned batch sampler.
 """
 
 from neuron_sift.epoch.loader import EpochSiftingDataloader
-from neuron_sift.epoch.planner import EpochPlan, EpochPlanner
-from neuron_sift.epoch.policy import keep_priorities, loss_weights, percentile_of_all, scale_to_count
-from neuron_sift.epoch.quantiles import ScoreSummary, merge, percentiles, summarize, summarize_over_ranks
-from neuron_sift.epoch.sharded import ShardedPlanner
+from neuron_sift.epoch.planning.plan import EpochPlan, PlanSettings
+from neuron_sift.epoch.planning.planner import EpochPlanner
+from neuron_sift.epoch.scores.sharded import ShardedPlanner
+from neuron_sift.epoch.selection.policy import keep_priorities, loss_weights, percentile_of_all, scale_to_count
+from neuron_sift.epoch.selection.quantiles import ScoreSummary, merge, percentiles, summarize, summarize_over_ranks
 
 __all__ = [
     "EpochPlan",
     "EpochPlanner",
     "EpochSiftingDataloader",
+    "PlanSettings",
     "ScoreSummary",
     "ShardedPlanner",
     "keep_priorities",

@@ -9,12 +9,12 @@ and returns the weighted mean whose expectation is the full-data loss. No scorin
 forward, no patching.
 
 This object keeps the arguments, the lengths and the state API; each job is a part of its
-own, with its own ``state_dict``: the planner (``planner.py``), the per-epoch iterator
-(``progress.py``), the opening of an epoch (``opening.py``), the score tables
-(``tables.py``), the ranks' shares (``shares.py``), the noise guard (``guard.py``), the
-pairing (``pairing.py``) and the record of epochs (``history.py``). The checkpoint is
-their composition in the package's envelope (``checkpoint.py``); ``metrics()`` is
-``report.py``'s snapshot of them.
+own, with its own ``state_dict``: the planner and the shares, built by the score table
+registered under the config's name (``score_table.py``), the per-epoch iterator, the
+opening of an epoch, the pairing and the record of epochs (``running/``), the score tables
+(``scores/``), the noise guard (``selection/``). The checkpoint is their composition in the
+package's envelope (``resuming/state_layout.py``); ``metrics()`` is
+``running/loader_metrics.py``'s snapshot of them.
 """
 
 import time
@@ -25,24 +25,25 @@ import torch
 
 from neuron_sift.backends import BACKEND_NAMES, resolve_backend
 from neuron_sift.backends.base import Backend
-from neuron_sift.epoch.checkpoint import FORMAT as STATE_FORMAT
-from neuron_sift.epoch.checkpoint import STATE_VERSION, check_state
-from neuron_sift.epoch.guard import NoiseGuard, quantile_of_table
-from neuron_sift.epoch.history import EpochHistory
-from neuron_sift.epoch.opening import EpochOpener
-from neuron_sift.epoch.pairing import PairingQueue, as_per_sample
-from neuron_sift.epoch.planner import EpochPlan, EpochPlanner
-from neuron_sift.epoch.progress import EpochProgress
-from neuron_sift.epoch.rank_settings import check_same_on_every_rank, plan_seed, plan_settings
-from neuron_sift.epoch.report import epoch_report
-from neuron_sift.epoch.reshard import own_state, reshard
-from neuron_sift.epoch.sampling import read_sampling
-from neuron_sift.epoch.sharded import OwnedShares, ShardedPlanner
-from neuron_sift.epoch.shares import RankShares
-from neuron_sift.epoch.source import PlannedBatchSampler, check_planned_counts, inspect_source, rebuild
-from neuron_sift.epoch.tables import ScoreTables
+from neuron_sift.epoch.planning.plan import EpochPlan, PlanSettings
+from neuron_sift.epoch.planning.planned_counts import check_planned_counts
+from neuron_sift.epoch.planning.rank_settings import check_same_on_every_rank, plan_seed, settings_to_agree
+from neuron_sift.epoch.resuming.loader_state import LoaderParts
+from neuron_sift.epoch.resuming.run_states import own_state, resume_from_ranks
+from neuron_sift.epoch.resuming.state_layout import STATE_VERSION
+from neuron_sift.epoch.running.history import EpochHistory
+from neuron_sift.epoch.running.loader_metrics import epoch_report
+from neuron_sift.epoch.running.opening import EpochOpener
+from neuron_sift.epoch.running.pairing import PairingQueue, as_per_sample
+from neuron_sift.epoch.running.progress import EpochProgress
+from neuron_sift.epoch.score_table import score_table
+from neuron_sift.epoch.scores.tables import ScoreTables
+from neuron_sift.epoch.selection.guard import NoiseGuard
+from neuron_sift.epoch.user_data.sampling import read_sampling
+from neuron_sift.epoch.user_data.source_loader import PlannedBatchSampler, inspect_source, rebuild
 from neuron_sift.exceptions import LossOutputException
 from neuron_sift.shared.ranks import RankGroup
+from neuron_sift.shared.validation import positive_int
 from neuron_sift.sift_config.epoch_config import coerce_epoch_config
 
 __all__ = ["EpochSiftingDataloader", "STATE_VERSION"]
@@ -56,10 +57,10 @@ class EpochSiftingDataloader:
         orig_dataloader: a ``torch.utils.data.DataLoader`` over a map-style dataset with a
             length and a batch size (a Hugging Face ``datasets.Dataset``, or an
             ``IterableDataset`` that also reads by index, such as MosaicML Streaming's
-            ``StreamingDataset``: ``source.py``), or wrappers around one (torch-xla's
+            ``StreamingDataset``: ``user_data/source_loader.py``), or wrappers around one (torch-xla's
             ``MpDeviceLoader``, accelerate's prepared loaders). Its settings are kept; its sampling is replaced
             by the plan, which draws only from the samples its sampler can yield
-            (``sampling.py``).
+            (``user_data/sampling.py``).
         num_epochs: the run's length in epochs (int >= 1), needed for annealing and
             ``planned_steps()``; None: no annealing epochs.
         backend: one of ``neuron_sift.backends.BACKEND_NAMES`` (``"eager"``, ``"compiled"``,
@@ -80,8 +81,8 @@ class EpochSiftingDataloader:
             or its sampler is a ``WeightedRandomSampler`` or yields something other than indices.
         ValueError: an empty dataset, ``num_epochs`` or ``lookahead`` not an int >= 1, an
             unknown backend, or a sampler a plan cannot honour (with replacement, repeated or
-            out-of-range indices, another world size: ``sampling.py``), or settings that differ
-            between ranks (every rank raises, naming each: ``rank_settings.py``).
+            out-of-range indices, another world size: ``user_data/sampling.py``), or settings that differ
+            between ranks (every rank raises, naming each: ``planning/rank_settings.py``).
     """
 
     def __init__(
@@ -96,11 +97,7 @@ class EpochSiftingDataloader:
         lookahead: int | None = None,
     ) -> None:
         self.sift_config = coerce_epoch_config(sift_config)
-        if num_epochs is not None and (
-            isinstance(num_epochs, bool) or not isinstance(num_epochs, int) or num_epochs < 1
-        ):
-            raise ValueError(f"num_epochs must be an int >= 1 or None, got {num_epochs!r}")
-        self.num_epochs = num_epochs
+        self.num_epochs = positive_int(num_epochs, "num_epochs", allow_none=True)
         if backend is not None and backend not in BACKEND_NAMES:
             raise ValueError(f"backend must be one of {BACKEND_NAMES} or None, got {backend!r}")
         self._backend_name = backend
@@ -114,25 +111,37 @@ class EpochSiftingDataloader:
         seed = plan_seed(self.sift_config, self._info.generator_seed)
         common = (self.sift_config, self.n, self._info.batch_size, self._info.drop_last, seed, num_epochs)
         # What decides the plans must be the same on every rank: one all-gather, refused on every rank.
-        check_same_on_every_rank(plan_settings(*common, self.sampling), self.ranks)
-        sharded = self.sift_config.score_table == "sharded"
-        settings = (*common, self.ranks.world_size, self.ranks.rank, self.sampling.support, self.sampling.ordered)
-        self.planner = ShardedPlanner(*settings, ranks=self.ranks) if sharded else EpochPlanner(*settings)
+        check_same_on_every_rank(settings_to_agree(*common, self.sampling), self.ranks)
+        self.score_table = score_table(self.sift_config.score_table)
+        parts = self.score_table.build(
+            PlanSettings(*common, self.ranks.world_size, self.ranks.rank, self.sampling.support, self.sampling.ordered),
+            self.ranks,
+        )
+        self.planner, self.shares = parts.planner, parts.shares
         check_planned_counts(self.planner)  # after the settings agreement: every rank refuses together
         self.tables = ScoreTables(self.planner.table_size)
         self.backend: Backend | None = None
         if dev is not None:
             self._place(dev)
         self.pairing = PairingQueue(lookahead)
-        self.shares = OwnedShares() if sharded else RankShares(self.n, self.ranks)
-        quantile = self.planner.score_quantile if isinstance(self.planner, ShardedPlanner) else quantile_of_table
-        self.guard = NoiseGuard(self.sift_config, self.planner.table_size, quantile)
+        self.guard = NoiseGuard(self.sift_config, self.planner.table_size, self.planner.score_quantile)
         # The record of epochs, read as the list of its entries; kept shares are of the samples plans draw from.
-        self.history = EpochHistory(self.planner.m, self.planner.trained_weights)
+        self.history = EpochHistory(self.planner.m)
         self._sampler = PlannedBatchSampler()
         self._loader = rebuild(orig_dataloader, self._info, self._sampler)
         self.opener = EpochOpener(self.planner, self.tables, self.shares, self.guard, self.history)
         self.progress = EpochProgress(self._loader, self._sampler, self.planner, self.opener, self.pairing)
+        self._parts = LoaderParts(
+            self.planner,
+            self.progress,
+            self.tables,
+            self.shares,
+            self.guard,
+            self.pairing,
+            self.history,
+            self.opener,
+            self.score_table.check_shares,
+        )
 
     # -- properties ----------------------------------------------------------------------
 
@@ -186,21 +195,11 @@ class EpochSiftingDataloader:
         return known if known is not None else self.planner.epoch_batches(self.progress.epochs_started)
 
     def planned_steps(self, epochs: int | None = None) -> int:
-        """Batches this rank trains from now on: the rest of an epoch in progress plus the next
-        epochs, up to ``num_epochs`` (``epochs``: that many epochs, the one in progress counted
-        first). Exact with a budget; for unbudgeted sifted epochs the expected count (the
-        config's expected share, rounded to whole batches as the planner rounds).
-
-        Args:
-            epochs: how many epochs to count (int >= 1), or None for the rest of ``num_epochs``.
-
-        Returns:
-            The number of batches (optimizer steps without accumulation) this rank trains.
-
-        Raises:
-            ValueError: ``epochs`` is None and the loader has no ``num_epochs``, or ``epochs`` is
-                not an int >= 1.
-        """
+        """Batches (optimizer steps without accumulation) this rank trains from now on: the rest
+        of an epoch in progress plus the next epochs, up to ``num_epochs``, or ``epochs`` epochs
+        (an int >= 1; the one in progress counted first). Exact with a budget; for unbudgeted
+        sifted epochs the expected count (the config's expected share, in whole batches as the
+        planner rounds). ``ValueError`` without ``num_epochs`` or ``epochs``, or for a bad ``epochs``."""
         progress = self.progress
         return self.planner.steps_left(
             progress.epochs_started, progress.left_in_current(), epochs, open_epoch=progress.is_open()
@@ -246,26 +245,21 @@ class EpochSiftingDataloader:
         """Record ``per_sample`` (one loss per sample of the oldest batch still waiting) as the
         samples' scores and return the weighted mean ``sum(w_i * l_i) / n``.
 
-        ``per_sample``: ``[n]`` (or ``[n, 1]``) floating losses, ``reduction="none"``, any
-        precision (bf16/fp16 upcast to float32). ``partial=True``: this is a micro-batch, the
-        next ``n`` samples of the waiting batch, in order, and the value returned is its share
-        of the batch's, ``sum(w_i * l_i) / n_batch`` over its samples: the parts of a batch sum
-        to the batch's weighted mean whatever their sizes. Non-finite losses are not recorded
-        (counted in ``metrics()``) and stay in the returned mean, as without sifting.
-        Raises ``LossOutputException`` on a wrong shape, length, dtype or device, or when no
-        yielded batch is waiting (see ``neuron_sift/epoch/pairing.py``).
-
         Args:
-            per_sample: the losses of the oldest batch still waiting, one per sample.
-            partial: the losses are a micro-batch of that batch (the next ``n`` samples).
+            per_sample: ``[n]`` (or ``[n, 1]``) floating losses, ``reduction="none"``, any
+                precision (bf16/fp16 upcast to float32). Non-finite losses are not recorded
+                (counted in ``metrics()``) and stay in the returned mean, as without sifting.
+            partial: the losses are a micro-batch, the next ``n`` samples of the waiting batch
+                in order; the value returned is then its share of the batch's,
+                ``sum(w_i * l_i) / n_batch``: the parts sum to the batch's weighted mean.
 
         Returns:
-            A 0-dim tensor, the weighted mean to call ``backward()`` on (a micro-batch's share of
-            it with ``partial=True``); its expectation over the epoch's draws is the full-data
-            mean loss.
+            A 0-dim tensor to call ``backward()`` on; its expectation over the epoch's draws is
+            the full-data mean loss.
 
         Raises:
-            LossOutputException: a wrong shape, length, dtype or device, or no batch is waiting.
+            LossOutputException: a wrong shape, length, dtype or device, or no yielded batch is
+                waiting (``running/pairing.py``).
         """
         start = time.perf_counter()
         per_sample = as_per_sample(per_sample)
@@ -293,7 +287,7 @@ class EpochSiftingDataloader:
         Call it where the loop moves past a batch without ``weighted_loss`` (a non-finite loss
         it will not step on, a batch it filters out): ``loader.skip_batch(); continue``. Why it
         is needed: the losses carry no ids, so the next call would pair with the skipped
-        batch's samples; once the loop's look-ahead is known (``pairing.py``), the loader
+        batch's samples; once the loop's look-ahead is known (``running/pairing.py``), the loader
         catches that at the next yield (the loop then holds more batches without losses than
         its look-ahead) and raises ``LossOutputException`` there, before any loss goes to the
         wrong samples.
@@ -308,22 +302,10 @@ class EpochSiftingDataloader:
     def state_dict(self) -> dict[str, Any]:
         """Everything that decides the rest of the run, as CPU tensors and plain values (loads
         with ``torch.load(weights_only=True)``): each part's own state under its name, plus
-        the version (layout: ``neuron_sift/epoch/checkpoint.py``). Take it between training
+        the version (layout: ``neuron_sift/epoch/resuming/state_layout.py``). Take it between training
         steps: a run resumed from it continues with the first batch whose losses were not
         recorded, with the same remaining batches, scores and draws."""
-        progress = self.progress.state_dict()
-        return STATE_FORMAT.write(
-            {
-                "in_progress": progress["in_progress"],
-                "planner": self.planner.state_dict(),
-                "progress": progress,
-                "tables": self.tables.state_dict(),
-                "shares": self.shares.state_dict(),
-                "guard": self.guard.state_dict(),
-                "pairing": self.pairing.state_dict(),
-                "history": self.history.state_dict(),
-            }
-        )
+        return self._parts.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a ``state_dict()`` (this version's, or version 1's, converted); the next
@@ -336,24 +318,13 @@ class EpochSiftingDataloader:
             ValueError: not an ``EpochSiftingDataloader`` state, a version this code does not
                 read, or one taken with other settings.
         """
-        state = STATE_FORMAT.read(state)
-        check_state(state, self.planner)  # every part checks its own state before any part changes
-        self.planner.load_state_dict(state["planner"])
-        self.progress.load_state_dict(state["progress"])
-        self.planner.host_guests(self.progress.plan)  # a sharded table of a resumed epoch hosts other ranks' samples
-        self.tables.resize(self.planner.table_size)
-        self.tables.load_state_dict(state["tables"])
-        self.opener.restore(self.progress.plan, self.progress.current_epoch)
-        self.shares.load_state_dict(state["shares"])
-        self.guard.load_state_dict(state["guard"])
-        self.pairing.load_state_dict(state["pairing"])
-        self.history.load_state_dict(state["history"])
+        self._parts.load_state_dict(state)
 
     def load_state_dict_from_ranks(self, states: Sequence[dict[str, Any]]) -> None:
         """Restore from every rank's ``state_dict()`` of the run, taken at one step with any
         number of ranks: at this loader's world size each rank's own state is loaded (the
         exact resume); at another, they are combined into this rank's share of the same run
-        (``neuron_sift/epoch/reshard.py``): the epoch in progress continues with its rest
+        (``neuron_sift/epoch/resuming/reshard.py``): the epoch in progress continues with its rest
         dealt out to the ranks now present, nothing trained twice or left out, and later
         epochs are planned for this world size.
 
@@ -362,7 +333,9 @@ class EpochSiftingDataloader:
                 progress with fewer samples left than ranks.
         """
         own = own_state(states, self.planner)  # at this world size: this rank's, the states checked to be at one step
-        self.load_state_dict(own if own is not None else reshard(states, self.planner))
+        if own is None:
+            own = resume_from_ranks(states, self.planner, self.score_table.check_shares, self.score_table.resume)
+        self.load_state_dict(own)
 
     # -- inspection ----------------------------------------------------------------------
 

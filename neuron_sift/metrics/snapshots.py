@@ -57,7 +57,7 @@ class SiftingMetrics:
     compile_count: int | None
     backend: str
     selection_mode: str
-    epoch: int
+    epoch: int | None  # the current (or last) epoch's 0-based index, as the epoch loader's; None before the first
     timings: dict[str, dict[str, float]] = field(default_factory=dict)
 
     default_prefix = "sifting/"
@@ -159,7 +159,7 @@ def sifting_snapshot(sl: "SiftingDataloader", quantiles: Sequence[float] = DEFAU
         compile_count=sl.backend.compile_count(),
         backend=str(getattr(sl.backend, "name", "")),
         selection_mode=sl.selection_mode,
-        epoch=sl.epoch,
+        epoch=sl.position.index if sl.epoch else None,
         timings=timings,
     )
 
@@ -229,7 +229,5 @@ def epoch_snapshot(loader: "EpochSiftingDataloader") -> EpochSiftingMetrics:
     """Snapshot ``loader`` with ``loader.metrics()`` (one host read of the score table)."""
     values = loader.metrics()
     epochs = values.pop("epochs")
-    share = values.get("observed_kept_share", values.get("kept_share"))
-    values["observed_kept_share"] = values["kept_share"] = share
     values["planned_steps"] = loader.planned_steps() if loader.num_epochs is not None else None
     return EpochSiftingMetrics(values, epochs)

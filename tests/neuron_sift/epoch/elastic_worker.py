@@ -1,4 +1,4 @@
-"""One rank of test_elastic.py: an epoch-level DDP run checkpointed in the middle of a sifted
+"""One rank of resuming/test_elastic.py: an epoch-level DDP run checkpointed in the middle of a sifted
 epoch at one world size (``--phase save``) and resumed from every rank's checkpoint at
 another (``--phase load``, ``EpochSiftingDataloader.load_state_dict_from_ranks``).
 

@@ -3,7 +3,7 @@ a read counter over a map-style dataset, a sharded record set read by index, and
 written and counted with MosaicML Streaming itself.
 
 ``ShardedRecords`` is any ``IterableDataset`` that also reads by index, shaped as
-Streaming's ``StreamingDataset`` is (it runs on every leg; ``test_mds.py`` runs the real
+Streaming's ``StreamingDataset`` is (it runs on every leg; ``user_data/test_mds.py`` runs the real
 package where a leg installs it): samples live in shard files on disk, ``__iter__`` streams
 them in order, ``__getitem__`` reads one by its global index (loading its shard on first
 use), ``__len__`` is one rank's share of an epoch and ``size`` counts every sample,

@@ -1,6 +1,8 @@
 """Shared pieces of the epoch-level tests: an id-carrying dataset, an oracle loss and a small
-budgeted training set-up."""
+budgeted training set-up, and where the worker scripts and data files are."""
 
+import json
+import os
 import queue
 import threading
 
@@ -8,6 +10,30 @@ import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from neuron_sift import EpochSiftingDataloader
+
+# The worker scripts (``*_worker.py``, run under torchrun by path) and ``data/`` stay here, at the
+# top of the epoch tests, whichever sub-folder the test that runs or reads them lives in.
+EPOCH_TESTS = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(EPOCH_TESTS, "data")
+# The repository root: where a fresh process must start for ``tests.*`` to import.
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(EPOCH_TESTS)))
+
+
+def version_1_state():
+    """The state the version-1 code wrote mid-epoch (``data/make_epoch_state_v1.py``), read
+    with ``weights_only``, and what it was written from (``meta``: config, sizes, the run's
+    reference ids and scores)."""
+    with open(os.path.join(DATA, "epoch_state_v1.json")) as f:
+        meta = json.load(f)
+    return meta, torch.load(os.path.join(DATA, "epoch_state_v1.pt"), weights_only=True)
+
+
+def worker(name: str) -> str:
+    """The path of the worker script ``name`` (``"elastic_worker.py"``)."""
+    path = os.path.join(EPOCH_TESTS, name)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no worker script {path}")
+    return path
 
 
 class IdDataset(Dataset):

@@ -1,4 +1,4 @@
-"""One rank of test_mds.py's two-rank test: ``StreamingDataset`` over MDS shards in one local
+"""One rank of user_data/test_mds.py's two-rank test: ``StreamingDataset`` over MDS shards in one local
 folder that both ranks share (Streaming's own shared-memory coordination on the node),
 read by ``EpochSiftingDataloader`` under gloo.
 

@@ -1,5 +1,5 @@
 """One rank of a training run that torchrun restarts after a rank is killed; launched by
-test_preemption.py with ``--max-restarts=1``.
+resuming/test_preemption.py with ``--max-restarts=1``.
 
 The training loop and the checkpoint plumbing are the documentation's own
 (docs/large-datasets.md, "Large datasets and preemption"): the test writes those blocks to

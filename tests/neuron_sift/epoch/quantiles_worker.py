@@ -1,4 +1,4 @@
-"""One rank of test_quantiles.py's gloo run: summarises its own part of the scores over the
+"""One rank of selection/test_quantiles.py's gloo run: summarises its own part of the scores over the
 group and writes the merged summary and the bytes it gathered to ``rank{r}.json``."""
 
 import argparse
@@ -8,9 +8,9 @@ import os
 import torch
 import torch.distributed as dist
 
-from neuron_sift.epoch.quantiles import summarize_over_ranks
+from neuron_sift.epoch.selection.quantiles import summarize_over_ranks
 from neuron_sift.shared.ranks import RankGroup
-from tests.neuron_sift.epoch.test_quantiles import worker_scores
+from tests.neuron_sift.epoch.selection.test_quantiles import worker_scores
 from tests.neuron_sift.torchrun import release_process_group
 
 

@@ -1,4 +1,4 @@
-"""The table of bad states for ``test_bad_states.py``: a loader's state one batch into a
+"""The table of bad states for ``resuming/test_bad_states.py``: a loader's state one batch into a
 sifted epoch (``saved``), and ``BAD``: name -> (which loader, an edit of its state, what the
 refusal must say). The edits are what a user's hand (or a damaged file) can do to a state:
 wrong types, shapes and dtypes, positions past the plan or negative, NaN, infinite or
@@ -6,13 +6,13 @@ negative weights, ids outside the dataset or the sampler or twice, lists where t
 belong, missing keys, another rank or world size."""
 
 import functools
-import io
 import math
 
 import torch
 from torch.utils.data import DataLoader, SubsetRandomSampler
 
 from neuron_sift import EpochSiftingDataloader
+from tests.helpers.state_roundtrip import roundtrip
 from tests.neuron_sift.epoch.helpers import IdDataset, ids_of, oracle_loss
 
 N, BATCH, EPOCHS = 60, 8, 4
@@ -29,14 +29,6 @@ def new_loader(table="replicated"):
     dl = DataLoader(IdDataset(N), batch_size=BATCH, sampler=sampler, shuffle=not subset)
     cfg = {**CONFIG, "score_table": "replicated" if subset else table}
     return EpochSiftingDataloader(cfg, dl, num_epochs=EPOCHS)
-
-
-def roundtrip(state):
-    """A state as a user gets it back from disk: saved, then loaded with ``weights_only``."""
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    buf.seek(0)
-    return torch.load(buf, weights_only=True)
 
 
 def train_epochs(loader, epochs):

@@ -2,8 +2,6 @@
 after the second epoch (short last batches included), one host read per sifted epoch, no
 aten fallbacks, exact resume. Counts from ``torch_xla.debug.metrics`` in a fresh process."""
 
-import io
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -15,6 +13,7 @@ except ImportError:
     torch_xla = None
 
 from neuron_sift import EpochSiftingDataloader  # noqa: E402
+from tests.helpers.state_roundtrip import roundtrip  # noqa: E402
 from tests.neuron_sift.backends.xla_probe import run_probe  # noqa: E402
 from tests.neuron_sift.epoch.helpers import IdDataset, ids_of, oracle, oracle_loss  # noqa: E402
 
@@ -145,10 +144,7 @@ def test_exact_resume_on_xla():
     a, (model, opt) = xla_loader(cfg), xla_model()
     first = train_model(a, model, opt, 4, stop=12)  # 10 batches of the warm-up, 2 of the sifted epoch
     assert a.plan.kind == "sift" and a.state_dict()["in_progress"]
-    buf = io.BytesIO()
-    torch.save({"loader": a.state_dict(), "model": on_cpu(model.state_dict()), "opt": on_cpu(opt.state_dict())}, buf)
-    buf.seek(0)
-    state = torch.load(buf, weights_only=True)
+    state = roundtrip({"loader": a.state_dict(), "model": on_cpu(model.state_dict()), "opt": on_cpu(opt.state_dict())})
     b, (model, opt) = xla_loader(cfg), xla_model()
     b.load_state_dict(state["loader"])
     model.load_state_dict(state["model"])

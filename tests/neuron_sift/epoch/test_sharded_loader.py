@@ -2,7 +2,7 @@
 exactly its plan, losses land in the right slots, a checkpoint resumes exactly (and is
 refused by a loader with the other table), the noise guard works from the summary, and the
 state holds nothing larger than the rank's share. (Several ranks: ``test_ranks_in_threads.py``
-and ``test_guard_elastic.py`` as threads, ``test_elastic.py`` under torchrun.)"""
+and ``resuming/test_guard_elastic.py`` as threads, ``resuming/test_elastic.py`` under torchrun.)"""
 
 import math
 

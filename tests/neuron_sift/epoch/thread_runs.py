@@ -9,7 +9,6 @@ gradient, as training sees it), the scores, streaks, plan and ``metrics()`` each
 with, and every rank's history.
 """
 
-import io
 import math
 from collections import deque
 from collections.abc import Callable
@@ -21,7 +20,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from neuron_sift import EpochSiftingDataloader
-from neuron_sift.epoch.sharded import ShardedPlanner
+from neuron_sift.epoch.scores.sharded import ShardedPlanner
+from tests.helpers.state_roundtrip import roundtrip
 from tests.neuron_sift.epoch.helpers import IdDataset, ids_of
 from tests.neuron_sift.epoch.thread_ranks import ThreadWorld
 
@@ -125,14 +125,6 @@ class Run:
             return [i for p in plans for i in p]
         assert all(p == plans[0] for p in plans), f"the ranks hold different plans of epoch {epoch}"
         return plans[0]
-
-
-def _reload(state: dict[str, Any]) -> dict[str, Any]:
-    """A state as a user gets it back from disk: saved, then loaded with ``weights_only``."""
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    buf.seek(0)
-    return torch.load(buf, weights_only=True)
 
 
 def _table_ids(loader: EpochSiftingDataloader) -> np.ndarray:
@@ -239,7 +231,7 @@ def train(
         loader = EpochSiftingDataloader(cfg, dl, num_epochs=epochs)
         assert (loader.planner.world_size, loader.planner.rank) == (world, r)  # the threads are the ranks
         if states is not None:
-            loader.load_state_dict_from_ranks([_reload(s) for s in states])
+            loader.load_state_dict_from_ranks([roundtrip(s) for s in states])
         rec = _Recorder(run, r, loss)
         if ahead:
             _loop_ahead(loader, rec, ahead, epochs)
@@ -250,7 +242,7 @@ def train(
     w.run([lambda r=r: rank(r) for r in range(world)])
     if stop is not None:
         assert all(s is not None for s in taken), f"the run ended before {stop}"
-        run.states = [_reload(s) for s in taken]
+        run.states = [roundtrip(s) for s in taken]
     return run
 
 

@@ -1,0 +1,1 @@
+"""Which samples each epoch trains, on which rank and in what order, and every count that follows."""

@@ -1,0 +1,73 @@
+"""The counts a run's settings plan, checked once when the loader is built.
+
+Why at construction: a source and budget whose epochs yield no batch on some rank would run
+zero steps without an error, and a budget rounded to whole batches can train a share far
+from the one asked; both are known from the planner's counts before the first epoch.
+"""
+
+import logging
+
+from neuron_sift.epoch.planning.planner import EpochPlanner
+from neuron_sift.shared.logs import EPOCH_LOGGER
+
+logger = logging.getLogger(EPOCH_LOGGER)
+
+# A budget whose whole count trains a share further than this fraction of ``kept_share``
+# from it (0.01 of 50 samples trains 1, a share of 0.02) is reported when the loader is built.
+BUDGET_TOLERANCE = 0.2
+
+
+def check_planned_counts(planner: EpochPlanner) -> None:
+    """Refuse a source and budget whose epochs would yield no batch on a rank; log a warning
+    (once, at construction) when the budget's whole count trains a share far from
+    ``kept_share``.
+
+    Why: with ``drop_last`` a rank whose share of an epoch is shorter than one batch
+    trains nothing that epoch, and the loop runs zero steps without an error. The shares
+    are known before the first epoch: a full epoch's ``M // W`` samples per rank (``M`` the
+    samples the sampler yields, ``W`` the ranks), and a budgeted sifted epoch's
+    ``budget_count() // W``. Without a budget a sifted epoch keeps at least one whole batch
+    per rank whenever a full epoch has one (``EpochPlanner.free_count``).
+    """
+    m, w, b = planner.m, planner.world_size, planner.batch_size
+    what = "the dataset has" if planner.support is None else "the sampler yields"
+    if planner.rank_batches(planner.expected_count(0)) == 0:  # epoch 0 trains every sample
+        shares = f"{what} {m} samples" if w == 1 else f"{what} {m} samples, {m // w} for each of the {w} ranks"
+        raise ValueError(_no_batch(shares, m // w, b))
+    share = planner.config.kept_share
+    if share is None or not planner.sifts():
+        return
+    k = planner.budget_count()
+    trained = planner.rank_batches(k) * b * w if planner.drop_last else k
+    if trained == 0:
+        per_rank = "" if w == 1 else f", {k // w} for each of the {w} ranks"
+        raise ValueError(
+            f"EpochSiftingDataloader: kept_share={share:g} keeps {k} of the {m} samples per sifted epoch{per_rank}, "
+            f"fewer than one batch of {b}, and the DataLoader has drop_last=True, which leaves a short batch "
+            f"out: every sifted epoch would train nothing. Use kept_share >= {b * w / m:.4g} (one whole batch per "
+            "rank), drop_last=False, or a smaller batch size"
+        )
+    if abs(trained / m - share) > BUDGET_TOLERANCE * share:
+        cut = f"; drop_last=True trains only each rank's whole batches of {b}: {trained}" if trained != k else ""
+        logger.warning(
+            "EpochSiftingDataloader: kept_share=%g of %d samples trains %d per sifted epoch, a share of %.4g: the "
+            "budget keeps %d (kept_share * %d rounded half up, then down to a multiple of the %d rank(s), at least "
+            "one each)%s",
+            share,
+            m,
+            trained,
+            trained / m,
+            k,
+            m,
+            w,
+            cut,
+        )
+
+
+def _no_batch(shares: str, per_rank: int, batch_size: int) -> str:
+    return (
+        f"EpochSiftingDataloader: {shares}, fewer than one batch of {batch_size}, and the DataLoader has "
+        "drop_last=True, which leaves a short batch out: every epoch would yield no batch and train nothing. "
+        f"Use drop_last=False (the short batch is trained), a batch size of at most {max(per_rank, 1)}, or more "
+        "samples"
+    )

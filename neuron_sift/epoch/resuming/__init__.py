@@ -1,0 +1,1 @@
+"""The loader's checkpoint layout and versions, and resuming a run at another world size."""

@@ -1,0 +1,64 @@
+"""The epoch loader's state as the composition of its parts' states, and its restore.
+
+Why apart from the loader: the order of a restore matters (every part checks its own state
+before any part changes; the plan in progress is restored before the shares, which may host
+samples of it, and before the tables, which are sized for them), and it is the same for a
+state of this run, of an older version, or one made at another world size.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+from neuron_sift.epoch.planning.planner import EpochPlanner
+from neuron_sift.epoch.resuming.state_layout import FORMAT, SharesCheck, check_state
+from neuron_sift.epoch.running.history import EpochHistory
+from neuron_sift.epoch.running.opening import EpochOpener
+from neuron_sift.epoch.running.pairing import PairingQueue
+from neuron_sift.epoch.running.progress import EpochProgress
+from neuron_sift.epoch.scores.owned_shares import OwnedShares
+from neuron_sift.epoch.scores.rank_shares import RankShares
+from neuron_sift.epoch.scores.tables import ScoreTables
+from neuron_sift.epoch.selection.guard import NoiseGuard
+
+
+@dataclass(frozen=True)
+class LoaderParts:
+    """The parts whose states make the loader's (``state_layout.py`` names each)."""
+
+    planner: EpochPlanner
+    progress: EpochProgress
+    tables: ScoreTables
+    shares: RankShares | OwnedShares
+    guard: NoiseGuard
+    pairing: PairingQueue
+    history: EpochHistory
+    opener: EpochOpener
+    check_shares: SharesCheck
+
+    def state_dict(self) -> dict[str, Any]:
+        progress = self.progress.state_dict()
+        return FORMAT.write(
+            {
+                "in_progress": progress["in_progress"],
+                "planner": self.planner.state_dict(),
+                "progress": progress,
+                "tables": self.tables.state_dict(),
+                "shares": self.shares.state_dict(),
+                "guard": self.guard.state_dict(),
+                "pairing": self.pairing.state_dict(),
+                "history": self.history.state_dict(),
+            }
+        )
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = FORMAT.read(state)
+        check_state(state, self.planner, self.check_shares)  # every part's, before any part changes
+        self.planner.load_state_dict(state["planner"])
+        self.progress.load_state_dict(state["progress"])
+        self.shares.load_state_dict(state["shares"], self.progress.plan)  # sharded: hosts the plan's guests
+        self.tables.resize(self.planner.table_size)
+        self.tables.load_state_dict(state["tables"])
+        self.opener.restore(self.progress.plan, self.progress.current_epoch)
+        self.guard.load_state_dict(state["guard"])
+        self.pairing.load_state_dict(state["pairing"])
+        self.history.load_state_dict(state["history"])

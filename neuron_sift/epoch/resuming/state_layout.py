@@ -1,0 +1,117 @@
+"""The epoch loader's checkpoint: each part's own ``state_dict`` under its name, in the
+package's envelope (``neuron_sift.shared.checkpoints``: kind, version, refusals, upgrades).
+
+Version 2 (current)::
+
+    {"version": 2, "kind": "EpochSiftingDataloader",
+     "in_progress": bool,          # a copy of progress["in_progress"], for tools and scripts
+     "planner":  {"seed", "n", "batch_size", "world_size", "rank", "policy", "kept_share",
+                  and "support_size", "support_crc32" when the user's sampler covers part of
+                  the dataset (absent: every sample)},
+     "progress": {"epochs_started", "in_progress", "position",
+                  "plan": None or {"epoch", "kind", "order", "weights", "inclusion", "excluded"}},
+     "tables":   {"scores", "nonfinite"},
+     "shares":   {"mine", "carried"},
+     "guard":    {"streak"},
+     "pairing":  {"losses_recorded", "batches_recorded", "batches_skipped", "batches_yielded",
+                  "dropped_batches"},  # batches_skipped is newer: a state without it skipped none
+     "history":  {"epochs": [one dict per planned epoch]}}  # "observed_kept_share" is newer:
+                                                             # read from "kept_share" when absent
+
+Under a sharded score table (``score_table="sharded"``, named in ``planner``) each rank's
+state holds its own share: ``tables["scores"]`` and ``guard["streak"]`` by slot (the
+samples it owns, then any it hosts for an epoch resumed at another world size), the plan
+its own (``order`` its kept ids, ``weights`` by slot, no ``inclusion``), ``shares`` empty;
+the guard's streak is empty while the guard is off (either table).
+
+Every state also holds a ``"checksum"`` of its content (``neuron_sift.shared.checkpoints``):
+a state changed after ``state_dict()`` wrote it is refused; states of older versions have
+none and load as before. And each part checks its own state against the loader that loads it (``check_state``,
+``planning/plan_checks.py``), all of them before any part changes: a refused state leaves the loader
+as it was.
+
+Version 1 (one flat dict, written before the loader was split into parts) is converted:
+the same values, regrouped; it kept no count of unpaired batches, so that count restarts
+at 0, as version 1's own loader did on resume.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+from neuron_sift.epoch.planning.planner import EpochPlanner
+from neuron_sift.epoch.running.history import EpochHistory
+from neuron_sift.epoch.running.pairing import PairingQueue
+from neuron_sift.epoch.running.progress import EpochProgress
+from neuron_sift.epoch.scores.tables import ScoreTables
+from neuron_sift.epoch.selection.guard import NoiseGuard
+from neuron_sift.shared.checkpoints import StateFormat, require
+from neuron_sift.shared.state_checks import invalid, need_bool
+
+STATE_KIND = "EpochSiftingDataloader"
+STATE_VERSION = 2
+PARTS = ("planner", "progress", "tables", "shares", "guard", "pairing", "history")
+
+_V1_KEYS = (
+    "policy",
+    "kept_share",
+    "n",
+    "batch_size",
+    "rank",
+    "world_size",
+    "seed",
+    "epochs_started",
+    "in_progress",
+    "position",
+    "plan",
+    "scores",
+    "nonfinite",
+    "mine",
+    "carried",
+    "streak",
+    "history",
+    "counts",
+)
+
+
+def _from_version_1(old: dict[str, Any]) -> dict[str, Any]:
+    require(old, _V1_KEYS, f"{STATE_KIND} state version 1")
+    counts = old["counts"]
+    return {
+        "version": STATE_VERSION,
+        "kind": STATE_KIND,
+        "in_progress": old["in_progress"],
+        "planner": {key: old[key] for key in ("seed", "n", "batch_size", "world_size", "rank", "policy", "kept_share")},
+        "progress": {key: old[key] for key in ("epochs_started", "in_progress", "position", "plan")},
+        "tables": {"scores": old["scores"], "nonfinite": old["nonfinite"]},
+        "shares": {"mine": old["mine"], "carried": old["carried"]},
+        "guard": {"streak": old["streak"]},
+        "pairing": {
+            "losses_recorded": counts["losses_recorded"],
+            "batches_recorded": counts["batches_recorded"],
+            "batches_yielded": counts["batches_yielded"],
+            "dropped_batches": 0,
+        },
+        "history": {"epochs": old["history"]},
+    }
+
+
+FORMAT = StateFormat(STATE_KIND, STATE_VERSION, PARTS, upgrades={1: _from_version_1})
+
+
+SharesCheck = Callable[[Any, int], None]
+
+
+def check_state(state: dict[str, Any], planner: EpochPlanner, shares: SharesCheck) -> None:
+    """Every part's check of its own state (``state`` as ``FORMAT.read`` returns it) for the
+    loader of ``planner``'s rank, or a ``ValueError`` naming the field: run before any part
+    loads, so a refused state leaves the loader as it was. ``shares``: the score table's
+    check of the shares' state (``RankShares.check_state`` or ``OwnedShares.check_state``)."""
+    planner.check_state(state["planner"])
+    plan = EpochProgress.check_state(state["progress"], planner)
+    if need_bool(state["in_progress"], "in_progress") != state["progress"]["in_progress"]:
+        invalid("in_progress", "differs from progress.in_progress (it is a copy of it)")
+    ScoreTables.check_state(state["tables"], planner.table_size_for(plan))
+    shares(state["shares"], planner.n)
+    NoiseGuard.check_state(state["guard"], planner.owned_entries)
+    PairingQueue.check_state(state["pairing"])
+    EpochHistory.check_state(state["history"])

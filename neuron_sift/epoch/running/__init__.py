@@ -1,0 +1,1 @@
+"""One epoch as the loop sees it: opening it, iterating its batches, pairing losses, recording it."""

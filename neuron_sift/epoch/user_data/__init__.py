@@ -1,0 +1,1 @@
+"""The user's own DataLoader, sampler and Streaming dataset, read and rebuilt around the plan."""
