@@ -1,22 +1,24 @@
-"""Packaging. ``kernels/`` is installed as ``neuron_sift.kernels`` (the top-level names
-``kernels`` and ``benchmarks`` are taken on the public index, so neither is installed)."""
+"""Packaging: ``neuron_sift`` and its sub-packages only (the top-level names ``kernels`` and
+``benchmarks`` are taken on the public index: the benchmarks are not installed, and the
+kernels live inside the package, so no folder of a checkout shadows the index's ``kernels``,
+which transformers imports)."""
 
 import re
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 
 # The version's single source is neuron_sift/_version.py (read, not imported: importing the
 # package needs torch, which may not be installed yet).
 with open("neuron_sift/_version.py", encoding="utf-8") as f:
     VERSION = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
 
-# The CPU step's ranking and history update (kernels/_host.c): optional, so an install
+# The CPU step's ranking and history update (neuron_sift/kernels/_host.c): optional, so an install
 # without a C compiler still works (the CPU then runs the torch step, engine/step.py: the
 # same selections; engine/cpu_step.py's host_kernels_available() tells which).
 # -ffp-contract=off: the percentile must round exactly as the torch kernels do.
 HOST_KERNELS = Extension(
     "neuron_sift.kernels._host",
-    sources=["kernels/_host.c"],
+    sources=["neuron_sift/kernels/_host.c"],
     extra_compile_args=["-O3", "-ffp-contract=off"],
     optional=True,
 )
@@ -43,23 +45,9 @@ setup(
         "Programming Language :: Python :: 3.13",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",
     ],
-    packages=[
-        "neuron_sift",
-        "neuron_sift.backends",
-        "neuron_sift.data_model",
-        "neuron_sift.dataloader",
-        "neuron_sift.engine",
-        "neuron_sift.epoch",
-        "neuron_sift.integrations",
-        "neuron_sift.loss",
-        "neuron_sift.metrics",
-        "neuron_sift.shared",
-        "neuron_sift.sift_config",
-        "neuron_sift.kernels",
-    ],
-    # kernels/ ships only as neuron_sift.kernels; the top-level names kernels and benchmarks
-    # are excluded (tests/test_packaging.py builds the wheel and checks).
-    package_dir={"neuron_sift.kernels": "kernels"},
+    # Every sub-package, found (a listed one forgotten would import in an editable install and
+    # fail in a user's regular one; tests/test_packaging.py builds the wheel and checks).
+    packages=find_packages(include=["neuron_sift", "neuron_sift.*"]),
     ext_modules=[HOST_KERNELS],
     install_requires=["torch>=2.9", "numpy>=1.24"],
     extras_require={
@@ -83,7 +71,7 @@ setup(
             # declare and which setuptools 81+ (the newest, tensorboard's setuptools) no longer ships.
             "lightning>=2.4,<3",
             "tensorboard>=2.14,<3",
-            # The epoch mode over an Arrow dataset on local disk (tests/neuron_sift/epoch/test_formats.py).
+            # The epoch mode over an Arrow dataset on local disk (tests/neuron_sift/epoch/user_data/test_formats.py).
             # 3.0 is the Neuron container's pin; transformers 4.x needs huggingface-hub<1, which
             # datasets 5.x excludes (5.2 needs huggingface-hub>=1.31), so 4.x stacks run datasets 3.x/4.x.
             "datasets>=3.0,<6",

@@ -67,7 +67,7 @@ esac
 WANT="$EXTRAS $STACK $(cat "${STACK_ARGS[@]:1:1}" /dev/null 2>/dev/null | cksum)"
 # Reinstall when the packaging, the C kernel (built in place by the editable install), the
 # leg's extras or its stack changed.
-if [ ! -f "$STAMP" ] || [ setup.py -nt "$STAMP" ] || [ kernels/_host.c -nt "$STAMP" ] \
+if [ ! -f "$STAMP" ] || [ setup.py -nt "$STAMP" ] || [ neuron_sift/kernels/_host.c -nt "$STAMP" ] \
     || [ "$(cat "$STAMP")" != "$WANT" ]; then
     # No download cache: a leg's wheels (a CUDA build of torch, several GB) are installed
     # once, and a cached copy beside the installed one is what filled small CI disks.

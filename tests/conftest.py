@@ -25,7 +25,7 @@ def pytest_configure(config):
     except ImportError as exc:
         if os.environ.get("NEURON_SIFT_REQUIRE_XLA") == "1":
             raise pytest.UsageError(f"NEURON_SIFT_REQUIRE_XLA=1 but torch_xla cannot be imported: {exc}") from exc
-    # MosaicML Streaming (tests/neuron_sift/epoch/test_mds.py) is installed on some legs only; they set
+    # MosaicML Streaming (tests/neuron_sift/epoch/user_data/test_mds.py) is installed on some legs only; they set
     # NEURON_SIFT_REQUIRE_STREAMING=1, so a missing package fails the run there instead of skipping.
     if os.environ.get("NEURON_SIFT_REQUIRE_STREAMING") == "1" and not _has_streaming():
         raise pytest.UsageError("NEURON_SIFT_REQUIRE_STREAMING=1 but the streaming package is not installed")

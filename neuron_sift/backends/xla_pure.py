@@ -17,7 +17,7 @@ What the 2.9 implementation implies, and how the engine meets it (read in its so
 - tensors created inside the function become constants captured at trace time (it
   "hoists" them), so everything that changes between calls must be an input: the state,
   the losses, the per-batch vector, beta, the seed's hash key. The step's randomness is
-  the counter hash of ``kernels/random.py`` on the (seed key, draws) inputs; no torch RNG
+  the counter hash of ``neuron_sift/kernels/random.py`` on the (seed key, draws) inputs; no torch RNG
   op runs inside (those would be frozen at their trace-time seed);
 - it asserts that autograd is off when the function is wrapped; the step runs under
   ``torch.no_grad()``;

@@ -5,7 +5,7 @@ the DataLoader's and the training step's work, with cold caches, where every one
 torch step's many small ops pays torch's per-op overhead and the history is sorted anew
 each step. Here the state lives on the host (a NumPy history and Python ints, updated in
 place), the valid rows are a prefix (sliced, not masked), and the ranking and the history
-update are one call each into ``neuron_sift.kernels._host`` (C, kernels/_host.c), which
+update are one call each into ``neuron_sift.kernels._host`` (C, neuron_sift/kernels/_host.c), which
 keeps the history sorted across steps instead of sorting it. benchmarks/machinery.py
 measures what that saves (its ``host`` and ``torch`` engines on the eager backend).
 

@@ -10,7 +10,7 @@ class SiftState:
     """Loss-history ring buffer, its write position and fill count, counters, random state.
 
     ``history`` is ``[H]`` float32; the rest are int64 scalars. ``draws`` counts scored
-    source batches and is the counter of the hash RNG (see ``kernels/random.py``), so the
+    source batches and is the counter of the hash RNG (see ``neuron_sift/kernels/random.py``), so the
     random state is just ``(seed, draws)``.
     """
 

@@ -1,6 +1,6 @@
 """The epoch-level kernels against plain Python references: score scatter, weight gather,
 the weighted mean. (The percentile the policy ranks scores by is a host function of the
-planner's, tested in tests/neuron_sift/epoch/test_policy.py.)"""
+planner's, tested in tests/neuron_sift/epoch/selection/test_policy.py.)"""
 
 import math
 

@@ -17,7 +17,7 @@ from tests.neuron_sift.backends.xla_probe import run_probe
 # cannot show, recorded here because it was judged rather than checked:
 RECORDED_SAFE = {
     "int64 values past int32 at run time": (
-        "the hash RNG's products (kernels/random.py) exceed 2**31 in int64 and wrap under "
+        "the hash RNG's products (neuron_sift/kernels/random.py) exceed 2**31 in int64 and wrap under "
         "narrowing, but every product is masked to 31 bits, so the result is the same "
         "(tests/kernels/test_random.py::test_hash_is_identical_when_integers_are_narrowed_to_int32)"
     ),
