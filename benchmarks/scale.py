@@ -54,6 +54,16 @@ from typing import Any
 
 import numpy as np
 
+# Run as a file (python benchmarks/<script>.py), the checkout's root is on the path only while the
+# package benchmarks is imported: left there, a folder of the checkout would shadow an installed
+# package of its name (a kernels/ folder shadowed Hugging Face's kernels, which transformers imports).
+_CHECKOUT = str(Path(__file__).resolve().parents[1])
+sys.path.insert(0, _CHECKOUT)
+import benchmarks  # noqa: E402,F401
+
+sys.path.remove(_CHECKOUT)
+from benchmarks.standalone.scale_report import latest_rows, plot, report, show  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = 128
 
@@ -84,16 +94,19 @@ def one_exact(n: int, kept_share: float) -> dict[str, Any]:
     import torch
 
     from neuron_sift import EpochSiftConfig
-    from neuron_sift.epoch.planner import EpochPlanner
-    from neuron_sift.epoch.shares import RankShares
-    from neuron_sift.epoch.tables import ScoreTables
+    from neuron_sift.epoch.planning.plan import PlanSettings
+    from neuron_sift.epoch.score_table import score_table
+    from neuron_sift.epoch.scores.rank_shares import RankShares
+    from neuron_sift.epoch.scores.tables import ScoreTables
     from neuron_sift.shared.ranks import RankGroup
 
     torch.set_num_threads(1)
-    planner = EpochPlanner(EpochSiftConfig(kept_share=kept_share), n, BATCH, False, seed=0, num_epochs=10)
+    settings = PlanSettings(EpochSiftConfig(kept_share=kept_share), n, BATCH, False, seed=0, num_epochs=10)
+    parts = score_table("replicated").build(settings, RankGroup(None, torch.device("cpu")))  # as the loader builds it
+    planner, shares = parts.planner, parts.shares
+    assert isinstance(shares, RankShares)
     tables = ScoreTables(n)
     tables.load_scores(torch.from_numpy(scores_of(n, 1)))
-    shares = RankShares(n, RankGroup(None, torch.device("cpu")))
     base = rss_bytes()
     start, cpu = time.perf_counter(), time.process_time()
     plan = planner.plan(1, tables.snapshot())
@@ -125,8 +138,10 @@ def one_sharded(n: int, world: int, kept_share: float, knots: int) -> dict[str, 
     import torch.distributed as dist
 
     from neuron_sift import EpochSiftConfig
-    from neuron_sift.epoch.sharded import ShardedPlanner
-    from neuron_sift.epoch.tables import ScoreTables
+    from neuron_sift.epoch.planning.plan import PlanSettings
+    from neuron_sift.epoch.score_table import score_table
+    from neuron_sift.epoch.scores.sharded import ShardedPlanner
+    from neuron_sift.epoch.scores.tables import ScoreTables
     from neuron_sift.shared.ranks import RankGroup
 
     torch.set_num_threads(1)
@@ -134,9 +149,10 @@ def one_sharded(n: int, world: int, kept_share: float, knots: int) -> dict[str, 
         dist.init_process_group("gloo")
     ranks = RankGroup(None, torch.device("cpu"))
     config = EpochSiftConfig(kept_share=kept_share, score_table="sharded")
-    planner = ShardedPlanner(
-        config, n, BATCH, False, 0, 10, ranks.world_size, ranks.rank, None, False, ranks=ranks, knots=knots
-    )
+    settings = PlanSettings(config, n, BATCH, False, 0, 10, ranks.world_size, ranks.rank)
+    planner = score_table("sharded").build(settings, ranks).planner  # as the loader builds it
+    assert isinstance(planner, ShardedPlanner)
+    planner.knots = knots  # the summary's size under study (the loader's default: KNOTS)
     tables = ScoreTables(planner.table_size)
     owned = planner.owner.owned
     tables.load_scores(torch.from_numpy(scores_of(owned, 10 + ranks.rank)))
@@ -239,55 +255,6 @@ def measure(path: str, n: int, world: int, args: argparse.Namespace) -> dict[str
     }
 
 
-def fit(rows: list[dict[str, Any]]) -> tuple[float, float]:
-    """Slope and intercept of log10(seconds) against log10(N)."""
-    x = np.log10([r["n"] for r in rows])
-    y = np.log10([max(r["seconds_median"], 1e-9) for r in rows])
-    slope, intercept = np.polyfit(x, y, 1) if len(rows) > 1 else (float("nan"), float(y[0]))
-    return float(slope), float(intercept)
-
-
-def show(r: dict[str, Any]) -> None:
-    print(
-        f"{r['path']:8} N={r['n']:>11,} W={r['ranks']}  plan {r['seconds_median']:8.3f} s "
-        f"[{r['seconds_range'][0]:.3f}, {r['seconds_range'][1]:.3f}]  peak +{r['peak_added_bytes'] / 2**20:8.1f} MiB  "
-        f"held {r['held_bytes_per_owned']:5.2f} B/owned ({r['held_steady_bytes_per_owned']:5.2f} once training)  "
-        f"collective {r['collective_bytes']:>10,} B  rank error {r['rank_error']:.2e}  "
-        f"plan/epoch {100 * r['plan_share_of_epoch']:.3f}%",
-        flush=True,
-    )
-
-
-def report(rows: list[dict[str, Any]], train_us: float) -> dict[tuple[str, int], list[dict[str, Any]]]:
-    """Fits each (path, W)'s rows, projects them to N = 1e9 and adds both to the rows."""
-    print(f"\nassumed training time: {train_us} us per sample per rank")
-    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for r in sorted(rows, key=lambda r: (r["path"], r["ranks"], r["n"])):
-        groups.setdefault((r["path"], r["ranks"]), []).append(r)
-    for (path, w), group in groups.items():
-        slope, intercept = fit(group)
-        projected = 10 ** (intercept + slope * 9)
-        share = projected / ((1e9 / w) * train_us * 1e-6)
-        span = f"N={group[0]['n']:.0e}..{group[-1]['n']:.0e}"
-        print(
-            f"{path:8} W={w}: time ~ N^{slope:.2f} ({span}); "
-            f"projected at N=1e9: {projected:.1f} s ({100 * share:.3f}% of an epoch)"
-        )
-        for r in group:
-            r.update({"growth_exponent": slope, "projected_1e9_seconds": projected})
-    return groups
-
-
-def latest_rows(path: Path) -> list[dict[str, Any]]:
-    """The last row recorded in ``path`` for each (path, N, ranks)."""
-    last: dict[tuple[str, int, int], dict[str, Any]] = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            r = json.loads(line)
-            last[(r["path"], r["n"], r["ranks"])] = r
-    return list(last.values())
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--n", nargs="+", type=float, default=[1e5, 1e6, 1e7], help="dataset sizes")
@@ -346,28 +313,6 @@ def main(argv: list[str] | None = None) -> int:
     plot(groups, plot_path)
     print(f"records: {out}\nplot: {plot_path}")
     return 0
-
-
-def plot(groups: dict[tuple[str, int], list[dict[str, Any]]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
-    for (name, w), group in groups.items():
-        ns = [r["n"] for r in group]
-        label = f"{name} (W={w})"
-        a.loglog(ns, [r["seconds_median"] for r in group], "o-", label=label)
-        b.loglog(ns, [max(r["peak_added_bytes"], 1) / 2**20 for r in group], "o-", label=label)
-    a.set(xlabel="N (samples)", ylabel="planning time per epoch (s, per rank)")
-    b.set(xlabel="N (samples)", ylabel="peak memory added by planning (MiB, per rank)")
-    for ax in (a, b):
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -22,10 +22,17 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Run as a file (python benchmarks/<script>.py), the checkout's root is on the path only while the
+# package benchmarks is imported: left there, a folder of the checkout would shadow an installed
+# package of its name (a kernels/ folder shadowed Hugging Face's kernels, which transformers imports).
+_CHECKOUT = str(Path(__file__).resolve().parents[1])
+sys.path.insert(0, _CHECKOUT)
+import benchmarks  # noqa: E402,F401
+
+sys.path.remove(_CHECKOUT)
+from benchmarks.core.tasks import CNN1D  # noqa: E402
 from neuron_sift import TracedLoss  # noqa: E402
 from neuron_sift.dataloader.scoring import scoring_mode  # noqa: E402
-from tasks import CNN1D  # noqa: E402  (benchmarks/ is not a package)
 
 
 class CE:

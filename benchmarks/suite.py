@@ -2,42 +2,47 @@
 """Does a method reach the same accuracy in less wall-clock time than the best full-data
 run of the same time? A fair benchmark suite (command line).
 
-Every task trains the same model several ways ("arms", ``arms.py``), same seeds:
+Every task trains the same model several ways ("arms", ``arms/``), same seeds:
 
 * the full-data frontier: ``full@0.4``, ``full@0.6``, ``full@0.8`` and ``full``
   (``full@1.0``) train on all the data for that fraction of the task's epochs (rounded up),
   each with its learning-rate schedule decayed to its own end;
 * ``uniform``: a uniform random subset of each source batch, the sifting arms' kept share;
 * ``sift-probabilistic``, ``sift-fixed``: ``SiftingDataloader`` (the smart_sifting mode);
-* ``infobatch``: a reimplementation of InfoBatch's published rule (``infobatch.py``);
-* arms registered by any ``benchmarks/*_arms.py`` file: ``epoch`` (the library's
-  ``EpochSiftingDataloader``, ``epoch_arms.py``), ``dynamic-random`` (a new uniform random
-  subset every epoch at ``epoch``'s cost, ``dynamic_random_arms.py``) and ``seta`` (SeTa's
-  rule, ``seta_arms.py``) are default arms.
+* ``infobatch``: a reimplementation of InfoBatch's published rule (``arms/infobatch.py``);
+* ``epoch`` (the library's ``EpochSiftingDataloader``, ``arms/epoch.py``),
+  ``dynamic-random`` (a new uniform random subset every epoch at ``epoch``'s cost,
+  ``arms/dynamic_random.py``) and ``seta`` (SeTa's rule, ``arms/seta.py``).
 
-Fairness (``runner.py``, ``fairness.py``, ``clock.py``): per seed the same initial weights,
-the same data order, the same optimizer, a cosine schedule decayed to each arm's own end,
-the clock paused during evaluation. Numbers (``report.py``), per arm, paired by seed with
-``full`` and the frontier, median [min, max] over seeds: ``speedup_vs_full``,
-``speedup_vs_frontier`` (time to the target: the first evaluation from which every later
-one stays at or above ``full``'s final accuracy minus ``--target-drop`` points),
-``iso_time_gain`` (the arm's final accuracy minus the frontier's at the arm's wall-clock),
-``final_acc_delta``, and how many seeds reached the target; beside them the mean of
-``final_acc_delta`` over seeds and its 95% Student t interval (``confidence.py``), which
-needs at least 3 seeds to be usable (the default, ``DEFAULT_SEEDS``; 5 for a headline
-run). Tasks (``tasks.py``): ``mnist1d`` (default), ``mnist1d-noisy``,
+Each arm comes from a plug-in of ``arms/`` (listed in ``arms/__init__.py``); the default arms
+are those above, in that order.
+
+Fairness (``core/runner.py``, ``core/fairness.py``, ``measurement/clock.py``): per seed the
+same initial weights, the same data order, the same optimizer, a cosine schedule decayed
+to each arm's own end, the clock paused during evaluation. The clock: the process's CPU
+time for a run on the host's CPU (a loaded machine stretches its wall-clock, not its CPU
+time, so the table is the idle machine's), the wall-clock on an accelerator
+(``measurement/options.py``, ``default_clock``; ``--clock`` chooses). Numbers
+(``report/summary.py``), per arm, paired by seed with ``full`` and the frontier, median
+[min, max] over seeds: ``speedup_vs_full``, ``speedup_vs_frontier`` (time to the target:
+the first evaluation from which every later one stays at or above ``full``'s final
+accuracy minus ``--target-drop`` points), ``iso_time_gain`` (the arm's final accuracy
+minus the frontier's at the arm's time), ``final_acc_delta``, and how many seeds reached
+the target; beside them the mean of ``final_acc_delta`` over seeds and its 95% Student t
+interval (``report/confidence.py``), which needs at least 3 seeds to be usable (the
+default, ``DEFAULT_SEEDS``; 5 for a headline run). Tasks (``core/tasks.py``): ``mnist1d`` (default), ``mnist1d-noisy``,
 ``mnist1d-redundant``, ``bert``, ``digits`` (``--task all``), and ``mnist1d-long`` (by
 name only); all generated or bundled locally.
 
 Output in ``--out`` (default ``benchmarks/results/``): the headline table first, then a
 detail table; ``runs.jsonl`` (appended: one JSON line per run: versions, backend, device,
 config, results, the accuracy curve, the paired numbers), ``summary.jsonl`` (replaced: one
-line per task and arm, schema in ``report.py``; both written by ``records.py``) and
-``accuracy_vs_time.png`` (``plot.py``).
+line per task and arm, schema in ``report/summary.py``; both written by
+``measurement/records.py``) and ``accuracy_vs_time.png`` (``report/plot.py``).
 ``--backend xla`` runs the same on torch-xla (``PJRT_DEVICE=CPU`` here, Trainium where
 torch-neuronx is installed) and adds the compile count and host reads per step.
 
-``python benchmarks/suite.py --help`` for the options.
+``python benchmarks/suite.py --help`` (or ``python -m benchmarks.suite --help``) for the options.
 """
 
 import argparse
@@ -47,16 +52,18 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is not a package
+# Run as a file (python benchmarks/<script>.py), the checkout's root is on the path only while the
+# package benchmarks is imported: left there, a folder of the checkout would shadow an installed
+# package of its name (a kernels/ folder shadowed Hugging Face's kernels, which transformers imports).
+_CHECKOUT = str(Path(__file__).resolve().parents[1])
+sys.path.insert(0, _CHECKOUT)
+import benchmarks  # noqa: E402,F401
 
-from arms import ARMS, default_arms, get_arm, load_plugins  # noqa: E402
-from environment import setup_backend, versions  # noqa: E402
-from options import add_clock, add_threads, use_threads  # noqa: E402
-from plot import plot  # noqa: E402
-from records import read_records, write_summary  # noqa: E402
-from report import DETAIL, format_tables, summarize  # noqa: E402
-from runner import run_task  # noqa: E402
-from tasks import (  # noqa: E402
+sys.path.remove(_CHECKOUT)
+
+from benchmarks.arms import ARMS, PLUGINS, default_arms, get_arm  # noqa: E402
+from benchmarks.core.runner import run_task  # noqa: E402
+from benchmarks.core.tasks import (  # noqa: E402
     BY_NAME_ONLY,
     DATA_SEED,
     TASK_ORDER,
@@ -66,6 +73,11 @@ from tasks import (  # noqa: E402
     make_data,
     model_description,
 )
+from benchmarks.measurement.environment import setup_backend, versions  # noqa: E402
+from benchmarks.measurement.options import add_clock, add_threads, default_clock, use_threads  # noqa: E402
+from benchmarks.measurement.records import read_records, write_summary  # noqa: E402
+from benchmarks.report.plot import plot  # noqa: E402
+from benchmarks.report.summary import DETAIL, format_tables, summarize  # noqa: E402
 
 DEFAULT_RESULTS = Path(__file__).resolve().parent / "results"
 # Seeds of the default run: the fewest for which the paired interval of final_acc_delta is
@@ -76,7 +88,7 @@ DEFAULT_SEEDS = "0,1,2"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    plugins = load_plugins()
+    plugins = [plugin.__name__.rsplit(".", 1)[-1] for plugin in PLUGINS]
     defaults = default_arms()
     p = argparse.ArgumentParser(
         prog="suite.py",
@@ -104,7 +116,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=",".join(defaults),
         help=f"comma-separated arms; registered: {', '.join(ARMS)}; also full@X for X in (0, 1]; "
         f"'full' is needed for the target (default: {','.join(defaults)})"
-        + (f"; plugins loaded: {', '.join(plugins)}" if plugins else ""),
+        + f"; plug-ins (benchmarks/arms/): {', '.join(plugins)}",
     )
     p.add_argument(
         "--epochs",
@@ -133,9 +145,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     add_clock(
         p,
-        help="the time the speedups and the iso-time gain use: wall-clock (default) or the process's CPU "
-        "time over the same intervals (a one-thread eager run's wall-clock on an idle machine; for a "
-        "shared machine); both are recorded",
+        help="the time the speedups and the iso-time gain use: the process's CPU time (default for runs on the "
+        "host's CPU, eager or torch-xla's CPU device: a one-thread eager run's wall-clock on an idle machine, "
+        "which a shared machine's other load does not stretch) or wall-clock (default on an accelerator); "
+        "both are recorded",
+        default=None,
     )
     p.add_argument(
         "--evals-per-epoch",
@@ -161,6 +175,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--summarize", type=Path, metavar="JSONL", help="only the tables, summary and plot from an existing runs file"
     )
     args = p.parse_args(argv)
+    args.clock_given = args.clock is not None
     tasks = list(TASK_ORDER) if args.task == "all" else [t.strip() for t in args.task.split(",") if t.strip()]
     bad = [t for t in tasks if t not in TASKS]
     if bad or not tasks:
@@ -212,13 +227,14 @@ def task_config(name: str, args: argparse.Namespace) -> TaskConfig:
 
 
 def report(records: list[dict], args: argparse.Namespace, summary_path: Path, plot_path: Path) -> None:
-    rows = summarize(records, args.clock)
+    clock = args.clock or default_clock([r["device"] for r in records])
+    rows = summarize(records, clock)
     write_summary(rows, summary_path)
     print(format_tables(rows, args.markdown))
     print(format_tables(rows, args.markdown, columns=[("reached", "reached", None)] + DETAIL))
     plot(records, rows, plot_path)
     print(
-        f"times: the {args.clock} clock (--clock). reached: seeds whose run reached the target "
+        f"times: the {clock} clock ({'--clock' if args.clock_given else 'the default for these runs; --clock chooses'}). reached: seeds whose run reached the target "
         "(full's final accuracy - drop) and stayed at or above it at every later evaluation; speedups: full's "
         "(or the fastest frontier run's) time to the target / the arm's, over those seeds; iso-time gain: final "
         "accuracy minus the frontier's (full@x end points, linear) at the arm's total time; "
@@ -241,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     use_threads(args.threads)
     backend = setup_backend(args.backend)
     vers = versions(backend)
+    if args.clock is None:  # the runs are annotated on it; report() keeps it
+        args.clock = default_clock([backend["device_desc"]])
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -248,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         f"neuron_sift {vers['neuron_sift']}, torch {vers['torch']}, "
         f"backend {backend['name']} ({backend['device_desc']}), "
         f"{vers['torch_threads']} thread(s), commit {vers['commit']}; seeds {args.seeds}; beta {args.beta:g}; "
-        f"arms {', '.join(args.arms)}",
+        f"arms {', '.join(args.arms)}; times on the {args.clock} clock",
         flush=True,
     )
     records = []
@@ -274,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
             "data_seed": DATA_SEED,
             "tiny": args.tiny,
         }
-        records += run_task(task, data, args.arms, args, backend, vers, config, json_path)
+        arms = {name: get_arm(name).fn for name in args.arms}
+        records += run_task(task, data, arms, args, backend, vers, config, json_path)
     print(f"\n{len(records)} runs in {time.perf_counter() - started:.0f} s; records: {json_path}\n", flush=True)
     report(records, args, summary_path, plot_path)
     return 0

@@ -25,6 +25,7 @@ extension was built, the torch step everywhere else (CUDA, XLA, and the CPU with
 extension).
 """
 
+import importlib
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -33,8 +34,8 @@ import torch
 
 from neuron_sift.engine.state import SiftState
 
-try:
-    from neuron_sift.kernels import _host
+try:  # imported by name: the C extension has no type information (mypy reads it as Any)
+    _host: Any = importlib.import_module("neuron_sift.kernels._host")
 except ImportError:  # built without a C compiler: the torch step runs on the CPU instead
     _host = None
 from neuron_sift.kernels.selection import _MIN_PERCENTILE

@@ -1,13 +1,10 @@
-"""The suite's arithmetic (benchmarks/report.py) on hand-made curves with known answers."""
+"""The suite's arithmetic (benchmarks/report/summary.py) on hand-made curves with known answers."""
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import report  # noqa: E402
+from benchmarks.report import summary as report
 
 
 def curve(*points):
@@ -183,7 +180,7 @@ def statistics_median(v):
 
 
 def test_student_t_quantiles_match_the_tables():
-    import confidence
+    from benchmarks.report import confidence
 
     table = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 9: 2.262, 10: 2.228, 29: 2.045, 30: 2.042, 120: 1.980}
     for df, t in table.items():
@@ -202,7 +199,7 @@ def test_student_t_quantiles_match_the_tables():
 
 
 def test_mean_and_95_interval_of_paired_differences_by_hand():
-    import confidence
+    from benchmarks.report import confidence
 
     mean, ci = confidence.mean_ci95([1.0, 2.0, 3.0])  # sd 1, t_{0.975, 2} = 4.303
     assert mean == 2.0
@@ -234,7 +231,7 @@ def _three_seeds():
 def test_summary_has_the_paired_mean_and_interval_in_the_file_and_the_table(tmp_path):
     import json
 
-    import records as records_module
+    from benchmarks.measurement import records as records_module
 
     records = _three_seeds()
     rows = {r["arm"]: r for r in report.summarize(records)}

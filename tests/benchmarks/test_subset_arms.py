@@ -1,5 +1,5 @@
-"""The ``dynamic-random`` and ``seta`` arms (benchmarks/dynamic_random_arms.py,
-seta_arms.py, planned.py): each obeys its published rule, checked on the pure selection
+"""The ``dynamic-random`` and ``seta`` arms (benchmarks/arms/dynamic_random.py,
+arms/seta.py, core/planned.py): each obeys its published rule, checked on the pure selection
 functions with hand-computed answers, and runs on a tiny task at the cost it should have."""
 
 import sys
@@ -10,15 +10,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import arms  # noqa: E402
-import dynamic_random_arms as dr  # noqa: E402
-import fairness  # noqa: E402
-import seta_arms as seta  # noqa: E402
-import tasks  # noqa: E402
-from epoch_arms import BEST  # noqa: E402
-from neuron_sift import EpochSiftConfig  # noqa: E402
-from planned import Phases  # noqa: E402
+from benchmarks import arms
+from benchmarks.arms import dynamic_random as dr
+from benchmarks.arms import seta
+from benchmarks.core import fairness, runner, tasks
+from benchmarks.core.planned import EPOCH_ARM_SETTING, Phases
+from benchmarks.measurement.environment import setup_backend
+from neuron_sift import EpochSiftConfig
 
 EPOCHS = 8  # warm-up epoch 0, sifted epochs 1-6, annealing epoch 7 (floor(0.125 * 8) = 1)
 
@@ -30,11 +28,13 @@ def test_both_arms_are_registered_as_default_arms_and_the_aggressive_seta_is_not
 
 
 def test_phases_are_the_epoch_arms():
-    config = EpochSiftConfig(**BEST)
+    config = EpochSiftConfig(**EPOCH_ARM_SETTING)
     assert Phases.of(config, EPOCHS) == Phases(EPOCHS, 1, 7)
     assert Phases.of(config, 32) == Phases(32, 1, 28)
     assert [Phases(EPOCHS, 1, 7).kind(e) for e in (0, 1, 6, 7)] == ["warmup", "sift", "sift", "anneal"]
-    assert Phases.of(EpochSiftConfig(**{**BEST, "warmup_epochs": 0}), 4).warmup == 1  # epoch 0 is never sifted
+    assert (
+        Phases.of(EpochSiftConfig(**{**EPOCH_ARM_SETTING, "warmup_epochs": 0}), 4).warmup == 1
+    )  # epoch 0 is never sifted
 
 
 def test_dynamic_random_keeps_the_budgets_count_uniformly_with_weight_one_over_p():
@@ -164,9 +164,6 @@ def test_seta_sampler_phases_scores_and_unit_weights():
 @pytest.fixture(scope="module")
 def tiny_runs():
     """epoch, dynamic-random and seta on the same tiny task and seed."""
-    import runner
-    from environment import setup_backend
-
     task = replace(tasks.TASKS["digits"], **{**tasks.TINY["digits"], "epochs": EPOCHS, "n_train": 256, "n_test": 64})
     data = tasks.make_data(task, None)
     torch.manual_seed(0)
@@ -176,7 +173,10 @@ def tiny_runs():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the suite runs: a second thread only spins on a shared machine
     try:
-        return {a: runner.run_arm(a, task, data, 0, init, opts, backend) for a in ("epoch", "dynamic-random", "seta")}
+        return {
+            a: runner.run_arm(a, arms.get_arm(a).fn, task, data, 0, init, opts, backend)
+            for a in ("epoch", "dynamic-random", "seta")
+        }
     finally:
         torch.set_num_threads(threads)
 

@@ -1,6 +1,5 @@
-"""``benchmarks/suite.py`` (with tasks.py, arms.py, context.py, loops.py, infobatch.py,
-epoch_arms.py, runner.py, fairness.py, clock.py, options.py, records.py, report.py, plot.py) and
-``benchmarks/machinery.py`` at tiny sizes, so they cannot rot.
+"""``benchmarks/suite.py`` (with its parts in ``benchmarks/arms``, ``core``, ``measurement`` and
+``report``) and ``benchmarks/machinery.py`` at tiny sizes, so they cannot rot.
 
 The full runs (README's Benchmarks section) are not part of the tests.
 """
@@ -17,18 +16,17 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from benchmarks import arms, suite  # suite imports every module of the suite
+from benchmarks.arms import frontier, infobatch, per_batch
+from benchmarks.core import fairness, runner, tasks
+from benchmarks.measurement.environment import setup_backend
+from benchmarks.measurement.options import default_clock
+
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "benchmarks"
 SUITE = BENCH / "suite.py"
 MACHINERY = BENCH / "machinery.py"
 ARMS = ["full@0.4", "full@0.6", "full@0.8", "full", "uniform", "sift-probabilistic", "sift-fixed", "infobatch"]
-
-sys.path.insert(0, str(BENCH))
-import arms  # noqa: E402
-import fairness  # noqa: E402
-import infobatch  # noqa: E402
-import suite  # noqa: E402,F401  (imports every module of the suite)
-import tasks  # noqa: E402
 
 
 def run(script, *args, timeout=180):
@@ -67,14 +65,31 @@ def test_rejects_bad_arguments():
     assert proc.returncode == 2 and "full@1.5" in proc.stderr
 
 
+def test_the_default_clock_is_the_cpu_clock_on_the_hosts_cpu_and_the_wall_clock_on_an_accelerator():
+    """The demo prints the README's table (CPU clock) on a loaded machine too; ``--clock`` overrides."""
+    assert default_clock([setup_backend("eager")["device_desc"]]) == "cpu"
+    assert default_clock(["cpu (x86_64)"]) == default_clock(["xla:CPU"]) == "cpu"  # torch-xla's CPU device too
+    for accelerator in ("xla:NEURON", "xla:CUDA", "xla:TPU", "cuda:0"):
+        assert default_clock([accelerator]) == "wall"
+    assert default_clock(["cpu (x86_64)", "xla:NEURON"]) == "wall"  # records of both: the one clock both have
+    with pytest.raises(ValueError):
+        default_clock([])
+    with pytest.raises(ValueError):
+        default_clock([""])
+    args = suite.parse_args([])
+    assert args.clock is None and not args.clock_given  # chosen by the run's device
+    args = suite.parse_args(["--clock", "wall"])
+    assert args.clock == "wall" and args.clock_given
+
+
 def test_registry_default_arms_frontier_and_plugins(tmp_path):
     assert arms.default_arms()[:8] == ARMS
     assert arms.get_arm("full").frontier == 1.0 and arms.get_arm("full@0.4").frontier == 0.4
     assert arms.get_arm("full@0.3").frontier == 0.3  # any fraction, on demand
     with pytest.raises(KeyError):
         arms.get_arm("nope")
-    assert [arms.frontier_epochs(x, 10) for x in (0.4, 0.6, 0.8, 1.0)] == [4, 6, 8, 10]  # not 7 for 0.6
-    assert arms.frontier_epochs(0.25, 10) == 3 and arms.frontier_epochs(0.01, 10) == 1
+    assert [frontier.frontier_epochs(x, 10) for x in (0.4, 0.6, 0.8, 1.0)] == [4, 6, 8, 10]  # not 7 for 0.6
+    assert frontier.frontier_epochs(0.25, 10) == 3 and frontier.frontier_epochs(0.01, 10) == 1
     with pytest.raises(ValueError):
         arms.register("full", lambda ctx: {})
 
@@ -92,7 +107,7 @@ def test_uniform_loader_plans_its_steps_exactly_and_keeps_the_configured_share()
     n, b, beta, delay, epochs = 1003, 32, 1.0, 4, 3
     data = TensorDataset(torch.randn(n, 3), torch.randint(0, 2, (n,)), torch.arange(n))
     source = DataLoader(data, batch_size=b, shuffle=True, generator=torch.Generator().manual_seed(0))
-    loader = arms.UniformSubsetLoader(source, beta, delay, seed=0)
+    loader = per_batch.UniformSubsetLoader(source, beta, delay, seed=0)
     planned = loader.planned_steps(epochs)
     steps = 0
     seen_ids = []
@@ -115,16 +130,13 @@ def test_uniform_loader_plans_its_steps_exactly_and_keeps_the_configured_share()
 def test_a_run_with_the_progress_bar_on_closes_it_whatever_the_schedule():
     """An arm on an epoch-by-epoch schedule never gives the bar a total (the bar then has no
     truth value): the run still ends and closes it."""
-    import runner
-    from environment import setup_backend
-
     task = replace(tasks.TASKS["digits"], **{**tasks.TINY["digits"], "epochs": 1, "n_train": 256, "n_test": 64})
     data = tasks.make_data(task, None)
     torch.manual_seed(0)
     init = tasks.make_model(task).state_dict()
     opts = SimpleNamespace(progress=True, beta=1.0, evals_per_epoch=1)
     for arm in ("full", "infobatch"):
-        res = runner.run_arm(arm, task, data, 0, init, opts, setup_backend("eager"))
+        res = runner.run_arm(arm, arms.get_arm(arm).fn, task, data, 0, init, opts, setup_backend("eager"))
         assert res["epochs"] == 1 and res["steps"] == res["planned_steps"]
 
 
@@ -299,7 +311,7 @@ def _check_records(records, task, seeds, backend):
         full = runs["full"]
         for arm, res in runs.items():
             frac = arms.get_arm(arm).frontier
-            arm_epochs = arms.frontier_epochs(frac, epochs) if frac else epochs
+            arm_epochs = frontier.frontier_epochs(frac, epochs) if frac else epochs
             assert res["epochs"] == arm_epochs
             assert res["target_acc"] == pytest.approx(full["final_test_acc"] - 0.005, abs=1e-6)
             assert 0.0 <= res["final_test_acc"] <= 1.0 and res["final_test_acc"] > 0.2, (arm, res["final_test_acc"])
@@ -314,7 +326,7 @@ def _check_records(records, task, seeds, backend):
             assert [p["cpu_s"] for p in curve] == sorted(p["cpu_s"] for p in curve)
             assert len(curve) >= arm_epochs * cfg["evals_per_epoch"]
             if res["time_to_target_s"] is not None:
-                assert res["time_to_target_s"] <= res["wall_s"] + 1e-9
+                assert res["time_to_target_s"] <= res[{"wall": "wall_s", "cpu": "cpu_s"}[res["clock"]]] + 1e-9
             assert res["steps"] <= res["planned_steps"] + 4
             assert res["lr_at_end"] < 1e-3 * cfg["lr"] or arm == "sift-probabilistic"  # decayed to its own end
             p = res["paired"]
@@ -356,10 +368,12 @@ def test_tiny_suite_runs_every_arm_and_writes_records_summary_and_plot(tmp_path)
         "--no-progress",
         "--arms",
         ",".join(ARMS),
-    )  # arms of *_arms.py plugins aside
+    )  # the arms of the epoch-level and subset plug-ins aside
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for arm in ARMS:
         assert arm in proc.stdout
+    # on the host's CPU, no --clock: the CPU clock (a loaded machine prints the idle machine's table)
+    assert "times on the cpu clock" in proc.stdout and "times: the cpu clock (the default" in proc.stdout
     head = proc.stdout[proc.stdout.index("runs in") :]
     assert head.index("speedup vs frontier") < head.index("time to target s")  # the headline table first
     records = _records(tmp_path / "runs.jsonl")
@@ -403,23 +417,25 @@ def test_tiny_suite_runs_every_arm_and_writes_records_summary_and_plot(tmp_path)
     )
     assert proc.returncode == 0, proc.stderr
     assert "| infobatch |" in proc.stdout and (tmp_path / "again.png").is_file()
-    assert _records(tmp_path / "again.jsonl") == rows
-    # the same records on the CPU clock: the same accuracies, reached counts from the cpu_s curves
+    assert _records(tmp_path / "again.jsonl") == rows  # the records' CPU device: the CPU clock again
+    # the same records on the wall-clock (--clock overrides): the same accuracies, reached counts from wall_s
     proc = run(
         SUITE,
         "--summarize",
         str(tmp_path / "runs.jsonl"),
         "--clock",
-        "cpu",
+        "wall",
         "--plot",
-        str(tmp_path / "cpu.png"),
+        str(tmp_path / "wall.png"),
         "--summary",
-        str(tmp_path / "cpu.jsonl"),
+        str(tmp_path / "wall.jsonl"),
     )
     assert proc.returncode == 0, proc.stderr
-    cpu_rows = _records(tmp_path / "cpu.jsonl")
-    assert all(r["clock"] == "cpu" for r in cpu_rows) and all(r["clock"] == "wall" for r in rows)
-    assert [r["final_acc"] for r in cpu_rows] == [r["final_acc"] for r in rows]
+    assert "times on the wall clock" in proc.stdout and "times: the wall clock (--clock)" in proc.stdout
+    wall_rows = _records(tmp_path / "wall.jsonl")
+    assert all(r["clock"] == "wall" for r in wall_rows) and all(r["clock"] == "cpu" for r in rows)
+    assert all(r["results"]["clock"] == "cpu" for r in records)
+    assert [r["final_acc"] for r in wall_rows] == [r["final_acc"] for r in rows]
 
 
 @pytest.mark.slow
@@ -501,7 +517,8 @@ def test_tiny_suite_on_xla_records_compiles_and_host_reads(tmp_path):
     _check_records(records, "digits", [0], "xla")
     for r in records:
         res = r["results"]
-        assert r["device"].startswith("xla")
+        assert r["device"].startswith("xla:")
+        assert res["clock"] == ("cpu" if r["device"] == "xla:CPU" else "wall")  # its CPU device is the host's CPU
         assert res["xla_compiles"] >= 0 and res["xla_host_reads_per_step"] >= 0
         per_step = res["xla_host_reads_per_step"]
         assert res["xla_host_reads"] == pytest.approx(per_step * res["steps"], abs=0.01 * res["steps"])
@@ -542,11 +559,10 @@ def test_tiny_machinery_run(tmp_path):
             assert r[f"{k}_share"] == pytest.approx(r[f"{k}_ms"] / r[f"{k}_step_ms"], rel=0.02, abs=1e-3)
     assert "% of step" in proc.stdout
     # each engine really runs: the torch step on the CPU for pairwise/torch, the host step for host
-    from neuron_sift.kernels.percentile import percentile_rank_auto
-
-    import machinery
     import neuron_sift.engine.step as step_module
+    from benchmarks import machinery
     from neuron_sift.engine import cpu_step
+    from neuron_sift.kernels.percentile import percentile_rank_auto
 
     calls = {"host": 0, "torch": 0}
     real_host, real_torch = cpu_step.sift_step_cpu, step_module.sift_step

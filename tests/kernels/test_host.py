@@ -7,6 +7,7 @@ which turns a missing build into an error (tests/conftest.py).
 import numpy as np
 import pytest
 import torch
+
 from neuron_sift.kernels import percentile_rank, ring_buffer_update, uniform_from_counter
 
 _host = pytest.importorskip("neuron_sift.kernels._host", reason="C kernels not built (no compiler at install)")

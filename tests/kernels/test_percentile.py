@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+
 from neuron_sift.kernels import percentile_rank
 
 BATCH_SIZES = (1, 5, 64)

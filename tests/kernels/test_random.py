@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
+
 from neuron_sift.kernels import uniform_from_counter
 
 STEP = 2.0**-23  # documented grid: (j + 0.5) * 2**-23

@@ -5,6 +5,7 @@ import collections
 import numpy as np
 import pytest
 import torch
+
 from neuron_sift.kernels import ring_buffer_update
 
 BATCH_SIZES = (1, 5, 64)

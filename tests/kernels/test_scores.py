@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+
 from neuron_sift.kernels.scores import (
     gather_weights,
     new_score_table,

@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
+
 from neuron_sift.kernels import (
     bernoulli_keep,
     compact_indices,

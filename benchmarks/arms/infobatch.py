@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterator
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from context import ArmContext
-from loops import train_weighted_epoch
+from benchmarks.core.context import ArmContext
+from benchmarks.core.loops import train_weighted_epoch
 
 PRUNE_RATIO = 0.5
 ANNEAL = 0.125
@@ -114,3 +114,13 @@ def infobatch_arm(ctx: ArmContext) -> dict:
         "prune_ratio": PRUNE_RATIO,
         "anneal": ANNEAL,
     }
+
+
+def register_arms(register: Callable[..., Callable]) -> None:
+    """``infobatch``, a default arm."""
+    register(
+        "infobatch",
+        infobatch_arm,
+        default=True,
+        description="a reimplementation of InfoBatch's published rule (Qin et al., ICLR 2024)",
+    )

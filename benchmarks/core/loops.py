@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterable
 import torch
 import torch.nn.functional as F
 
-from context import ArmContext
-from fairness import CosineSchedule
+from benchmarks.core.context import ArmContext
+from benchmarks.core.fairness import CosineSchedule
 
 
 def optimizer_step(ctx: ArmContext, loss: torch.Tensor, sched: CosineSchedule) -> None:

@@ -12,10 +12,15 @@ selection included; the clock is paused while test accuracy is evaluated
 (``evals_per_epoch`` times per epoch of source data). The arms of a seed run in a seeded
 random order, so a drift in the machine's speed does not favour one arm systematically; an
 untimed warm-up of a throwaway model pays the process's one-time costs before the first arm.
+
+The runner is handed the arms (name -> the arm's function), it does not look them up: the
+registry (``benchmarks/arms/``) sits above this package, its arms import the context and
+the loops from here, and an import back up would make the two packages a circle.
 """
 
 import copy
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +28,12 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from arms import get_arm
-from clock import Clock, XlaCounters
-from context import ArmContext, evaluate
-from fairness import EpochOrder
-from records import append_record, run_record
-from report import annotate_seed
-from tasks import Data, TaskConfig, make_model
+from benchmarks.core.context import ArmContext, evaluate
+from benchmarks.core.fairness import EpochOrder
+from benchmarks.core.tasks import Data, TaskConfig, make_model
+from benchmarks.measurement.clock import Clock, XlaCounters
+from benchmarks.measurement.records import append_record, run_record
+from benchmarks.report.summary import annotate_seed
 
 
 def arm_context(
@@ -112,14 +116,25 @@ def arm_results(ctx: ArmContext, extra: dict) -> dict:
     return result
 
 
+# An arm: trains on the context it is handed, returns its own result keys (or None).
+Arm = Callable[[ArmContext], dict | None]
+
+
 def run_arm(
-    name: str, task: TaskConfig, data: Data, seed: int, init_state: dict, opts: Any, backend: dict[str, Any]
+    name: str,
+    arm: Arm,
+    task: TaskConfig,
+    data: Data,
+    seed: int,
+    init_state: dict,
+    opts: Any,
+    backend: dict[str, Any],
 ) -> dict:
     """One arm, one seed: the arm's training, timed, and its results (without the pairing)."""
     ctx = arm_context(name, task, data, seed, init_state, opts, backend)
     ctx.evaluate()  # the starting point, at 0 s
     ctx.clock.resume()
-    extra = get_arm(name).fn(ctx) or {}
+    extra = arm(ctx) or {}
     if len(ctx.curve) > 1 and ctx.curve[-1]["steps"] == ctx.steps:
         ctx.curve.pop()  # evaluated at the last step already: evaluated again below, at the final clock
     ctx.evaluate(resume=False)  # final: the clock stays stopped
@@ -146,14 +161,15 @@ def warm_up(task: TaskConfig, data: Data, device: torch.device, steps: int = 20)
 def run_task(
     task: TaskConfig,
     data: Data,
-    arms: list[str],
+    arms: dict[str, Arm],
     opts: Any,
     backend: dict[str, Any],
     vers: dict,
     config: dict,
     json_path: Path,
 ) -> list[dict]:
-    """Every seed, every arm (in a seeded random order), paired by seed; appends runs.jsonl."""
+    """Every seed, every arm (``arms``: name -> arm, in the order of the records; they run in
+    a seeded random order), paired by seed, the times on ``opts.clock``; appends runs.jsonl."""
     records = []
     warm_up(task, data, backend["device"])
     for seed in opts.seeds:
@@ -163,7 +179,7 @@ def run_task(
         random.Random(seed).shuffle(run_order)
         results = {}
         for arm in run_order:
-            r = run_arm(arm, task, data, seed, init_state, opts, backend)
+            r = run_arm(arm, arms[arm], task, data, seed, init_state, opts, backend)
             results[arm] = r
             print(
                 f"  seed {seed} {arm:<18} acc {r['final_test_acc']:.2%}  wall {r['wall_s']:.1f} s  "

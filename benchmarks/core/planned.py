@@ -1,6 +1,6 @@
 """What the arms that plan each epoch's subset themselves share (``dynamic-random``, ``seta``):
-the phases of a run, a sampler that trains a planned subset in the seed's order, and the
-loop over such a sampler.
+the ``epoch`` arm's setting they match, the phases of a run, a sampler that trains a
+planned subset in the seed's order, and the loop over such a sampler.
 
 Why a sampler and not a filter on the batches: a skipped sample is then never loaded nor
 forwarded, which is where the time is saved, as in the ``infobatch`` arm and the
@@ -11,20 +11,33 @@ Why the phases come from the ``epoch`` arm's config: the brief of these arms is 
 what ``epoch`` costs, so their full-data warm-up and annealing epochs are the library's
 (``EpochSiftConfig``: ``max(1, warmup_epochs)`` first epochs, epoch 0 always, as the
 library's planner does; ``floor(anneal_fraction * epochs)`` last ones), not a copy of its
-numbers.
+numbers. The setting itself (``EPOCH_ARM_SETTING``) is here, below every arm, and not in
+the ``epoch`` arms' plug-in: a plug-in imports no other plug-in.
 """
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from context import ArmContext
-from fairness import CosineSchedule
-from loops import train_weighted_epoch
+from benchmarks.core.context import ArmContext
+from benchmarks.core.fairness import CosineSchedule
+from benchmarks.core.loops import train_weighted_epoch
 from neuron_sift import EpochSiftConfig
+
+# The ``epoch`` arm's setting: the best of the sweep on the main job (README, "Epoch-level
+# sifting"). ``dynamic-random`` keeps its budget and both peers train its phases.
+EPOCH_ARM_SETTING: dict[str, Any] = dict(
+    policy="percentile",
+    kept_share=0.5,
+    beta_value=1.0,
+    min_keep_probability=0.05,
+    warmup_epochs=1,
+    anneal_fraction=0.125,
+)
 
 
 @dataclass(frozen=True)

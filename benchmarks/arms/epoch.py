@@ -1,5 +1,5 @@
-"""Arms of the epoch-level sifting mode (``EpochSiftingDataloader``), registered into the
-suite's registry (``arms.py`` imports every ``benchmarks/*_arms.py``).
+"""Arms of the epoch-level sifting mode (``EpochSiftingDataloader``): a plug-in of the
+suite's registry (``register_arms``, listed in ``benchmarks/arms/__init__.py``).
 
 Every arm trains exactly as a user would: the task's ``DataLoader`` over the dataset (batch
 size as the task's, shuffled by a generator seeded with the run seed) handed to
@@ -12,7 +12,7 @@ epoch (each epoch's exact length is known when ``iter()`` plans it) for the othe
 The arms (``epoch`` is the default one, the best of the sweep on the main job; the others
 are the sweep of ``README.md``, "Epoch-level sifting"):
 
-* ``epoch``: percentile, the sweep's best setting (see ``BEST``);
+* ``epoch``: percentile, the sweep's best setting (``core.planned.EPOCH_ARM_SETTING``);
 * ``epoch-pct-b{beta}-f{floor}``: percentile policy, beta and floor;
 * ``epoch-bm-r{ratio}``: below_mean (InfoBatch's rule), prune ratio;
 * ``epoch-pct-k{share}``, ``epoch-bm-k{share}``: the budget form, kept share per epoch;
@@ -20,25 +20,14 @@ are the sweep of ``README.md``, "Epoch-level sifting"):
 """
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
 
-from arms import register
-from context import ArmContext
-from loops import train_weighted_epoch
+from benchmarks.core.context import ArmContext
+from benchmarks.core.loops import train_weighted_epoch
+from benchmarks.core.planned import EPOCH_ARM_SETTING
 from neuron_sift import EpochSiftConfig, EpochSiftingDataloader
-
-# The best setting of the sweep on the main job (README, "Epoch-level sifting").
-BEST: dict[str, Any] = dict(
-    policy="percentile",
-    kept_share=0.5,
-    beta_value=1.0,
-    min_keep_probability=0.05,
-    warmup_epochs=1,
-    anneal_fraction=0.125,
-)
 
 
 def train_epoch_sifted(ctx: ArmContext, config: dict) -> dict:
@@ -82,27 +71,29 @@ def epoch_arm(**config) -> Callable[[ArmContext], dict]:
     return arm
 
 
-def _add(name: str, default: bool = False, **config) -> None:
-    register(name, epoch_arm(**config), default=default, description=f"epoch-level sifting {config}")
+def register_arms(register: Callable[..., Callable]) -> None:
+    """``epoch`` (a default arm) and the sweep around it."""
 
+    def add(name: str, default: bool = False, **config) -> None:
+        register(name, epoch_arm(**config), default=default, description=f"epoch-level sifting {config}")
 
-_add("epoch", default=True, **BEST)
-for beta, floor in [(0.5, 0.05), (1.0, 0.05), (2.0, 0.05), (1.0, 0.2), (3.0, 0.1)]:
-    _add(f"epoch-pct-b{beta:g}-f{floor:g}", policy="percentile", beta_value=beta, min_keep_probability=floor)
-for ratio in (0.5, 0.7, 0.9):
-    _add(f"epoch-bm-r{ratio:g}", policy="below_mean", prune_ratio=ratio)
-for share in (0.3, 0.4, 0.5, 0.6):
-    _add(f"epoch-pct-k{share:g}", policy="percentile", kept_share=share)
-for share in (0.4, 0.5, 0.6):
-    _add(f"epoch-bm-k{share:g}", policy="below_mean", kept_share=share)
-for share, anneal in [(0.4, 0.25), (0.5, 0.25)]:
-    _add(f"epoch-pct-k{share:g}-a{anneal:g}", policy="percentile", kept_share=share, anneal_fraction=anneal)
-for warm, anneal in [(0, 0.125), (2, 0.125), (1, 0.0), (1, 0.25)]:
-    _add(f"epoch-pct-w{warm}-a{anneal:g}", policy="percentile", warmup_epochs=warm, anneal_fraction=anneal)
-for epochs_high, q in [(2, 0.8), (2, 0.9), (3, 0.8)]:
-    _add(
-        f"epoch-guard-g{epochs_high}-q{q:g}",
-        policy="percentile",
-        noise_guard_epochs=epochs_high,
-        noise_guard_quantile=q,
-    )
+    add("epoch", default=True, **EPOCH_ARM_SETTING)
+    for beta, floor in [(0.5, 0.05), (1.0, 0.05), (2.0, 0.05), (1.0, 0.2), (3.0, 0.1)]:
+        add(f"epoch-pct-b{beta:g}-f{floor:g}", policy="percentile", beta_value=beta, min_keep_probability=floor)
+    for ratio in (0.5, 0.7, 0.9):
+        add(f"epoch-bm-r{ratio:g}", policy="below_mean", prune_ratio=ratio)
+    for share in (0.3, 0.4, 0.5, 0.6):
+        add(f"epoch-pct-k{share:g}", policy="percentile", kept_share=share)
+    for share in (0.4, 0.5, 0.6):
+        add(f"epoch-bm-k{share:g}", policy="below_mean", kept_share=share)
+    for share, anneal in [(0.4, 0.25), (0.5, 0.25)]:
+        add(f"epoch-pct-k{share:g}-a{anneal:g}", policy="percentile", kept_share=share, anneal_fraction=anneal)
+    for warm, anneal in [(0, 0.125), (2, 0.125), (1, 0.0), (1, 0.25)]:
+        add(f"epoch-pct-w{warm}-a{anneal:g}", policy="percentile", warmup_epochs=warm, anneal_fraction=anneal)
+    for epochs_high, q in [(2, 0.8), (2, 0.9), (3, 0.8)]:
+        add(
+            f"epoch-guard-g{epochs_high}-q{q:g}",
+            policy="percentile",
+            noise_guard_epochs=epochs_high,
+            noise_guard_quantile=q,
+        )

@@ -5,7 +5,7 @@ Source: Zhou, Gao, Wang, "Scale Efficient Training for Large Datasets" (CVPR 202
 rule, no code of theirs. A peer of ``infobatch``: the same free scores, a different way to
 spend them (skip the easiest and the hardest samples in turn, no reweighting).
 
-The rule, per epoch ``e`` of a run of ``E`` epochs (phases: ``planned.Phases``, the
+The rule, per epoch ``e`` of a run of ``E`` epochs (phases: ``core.planned.Phases``, the
 ``epoch`` arm's warm-up and annealing epochs, so the three compare at the same phases):
 
 * warm-up epochs train on every sample (they record the first scores);
@@ -47,11 +47,9 @@ from typing import NamedTuple
 
 import torch
 
-from arms import register
-from context import ArmContext
-from epoch_arms import BEST
+from benchmarks.core.context import ArmContext
+from benchmarks.core.planned import EPOCH_ARM_SETTING, Phases, PlannedSubsetSampler, generator, train_planned
 from neuron_sift import EpochSiftConfig
-from planned import Phases, PlannedSubsetSampler, generator, train_planned
 
 SALT = 2503  # this arm's draws (arXiv 2503.13385)
 
@@ -152,7 +150,7 @@ class SeTaSampler(PlannedSubsetSampler):
 
 def seta_arm(r: float, g: int, w: float) -> Callable[[ArmContext], dict]:
     def arm(ctx: ArmContext) -> dict:
-        phases = Phases.of(EpochSiftConfig(**BEST), ctx.epochs)
+        phases = Phases.of(EpochSiftConfig(**EPOCH_ARM_SETTING), ctx.epochs)
         sampler = SeTaSampler(len(ctx.dataset), ctx.order, phases, ctx.seed, r, g, w, ctx.device)
         trained = train_planned(ctx, sampler, ctx.epoch_schedule(ctx.epochs), by_epoch=True)
         return {
@@ -167,15 +165,17 @@ def seta_arm(r: float, g: int, w: float) -> Callable[[ArmContext], dict]:
     return arm
 
 
-register(
-    "seta",
-    seta_arm(*LOSSLESS),
-    default=True,
-    description="SeTa's rule (Zhou et al., CVPR 2025): random 0.9 share, a window of 4 of 5 loss groups "
-    "sliding easy to hard, partial annealing (r=0.1, g=5, w=0.9)",
-)
-register(
-    "seta-aggressive",
-    seta_arm(*AGGRESSIVE),
-    description="SeTa's rule, r=0.3, g=5, w=0.7: random 0.7 share, a window of 3 of 5 loss groups",
-)
+def register_arms(register: Callable[..., Callable]) -> None:
+    """``seta`` (a default arm) and ``seta-aggressive``."""
+    register(
+        "seta",
+        seta_arm(*LOSSLESS),
+        default=True,
+        description="SeTa's rule (Zhou et al., CVPR 2025): random 0.9 share, a window of 4 of 5 loss groups "
+        "sliding easy to hard, partial annealing (r=0.1, g=5, w=0.9)",
+    )
+    register(
+        "seta-aggressive",
+        seta_arm(*AGGRESSIVE),
+        description="SeTa's rule, r=0.3, g=5, w=0.7: random 0.7 share, a window of 3 of 5 loss groups",
+    )

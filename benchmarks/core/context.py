@@ -1,9 +1,9 @@
-"""What an arm gets: the ``ArmContext`` (the interface is in ``arms.py``'s docstring) and
-the test-accuracy evaluation it pauses the clock for.
+"""What an arm gets: the ``ArmContext`` (the interface is in ``arms/registry.py``'s
+docstring) and the test-accuracy evaluation it pauses the clock for.
 
 Its own module, below the arms and the runner alike: every arm takes a context and the
-runner builds one, so neither has to import the other for it (the runner looks arms up
-in the registry; the arms never reach back up into the runner).
+runner builds one, so neither has to import the other for it (the runner is handed the
+arms by the suite; the arms never reach back up into the runner).
 """
 
 from collections.abc import Callable
@@ -14,9 +14,9 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from clock import Clock, XlaCounters
-from fairness import CosineSchedule
-from tasks import Data, TaskConfig
+from benchmarks.core.fairness import CosineSchedule
+from benchmarks.core.tasks import Data, TaskConfig
+from benchmarks.measurement.clock import Clock, XlaCounters
 
 
 @torch.no_grad()
@@ -33,7 +33,7 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, device: torch.d
 
 @dataclass
 class ArmContext:
-    """What an arm gets (see arms.py for the interface)."""
+    """What an arm gets (see ``arms/registry.py`` for the interface)."""
 
     task: TaskConfig
     data: Data

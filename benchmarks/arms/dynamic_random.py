@@ -7,10 +7,10 @@ loss-based ``epoch`` arm has to beat: the same number of samples and optimizer s
 epoch, chosen without looking at any loss. If ``epoch`` does no better, its ranking of the
 samples bought nothing.
 
-The rule, everything sized by the ``epoch`` arm's own config (``epoch_arms.BEST``, read
+The rule, everything sized by the ``epoch`` arm's own config (``core.planned.EPOCH_ARM_SETTING``, read
 through the library's ``EpochSiftConfig``) so the two cannot drift apart:
 
-* warm-up and annealing epochs (``planned.Phases``: the library's) train on every sample,
+* warm-up and annealing epochs (``core.planned.Phases``: the library's) train on every sample,
   unit weights;
 * every other epoch keeps a uniform random subset of exactly ``k = round(kept_share * N)``
   samples, the count the ``epoch`` arm's budget keeps, drawn afresh from a generator of
@@ -37,11 +37,9 @@ from collections.abc import Callable
 import torch
 from torch.utils.data import DataLoader
 
-from arms import register
-from context import ArmContext
-from epoch_arms import BEST
+from benchmarks.core.context import ArmContext
+from benchmarks.core.planned import EPOCH_ARM_SETTING, Phases, PlannedSubsetSampler, generator, train_planned
 from neuron_sift import EpochSiftConfig, EpochSiftingDataloader
-from planned import Phases, PlannedSubsetSampler, generator, train_planned
 
 SALT = 2111  # this arm's draws (arXiv 2111.12621)
 
@@ -89,16 +87,10 @@ def epoch_arm_plan(ctx: ArmContext, config: EpochSiftConfig) -> int:
     return EpochSiftingDataloader(config, source, num_epochs=ctx.epochs).planned_steps()
 
 
-@register(
-    "dynamic-random",
-    default=True,
-    description="a new uniform random subset every epoch, the epoch arm's kept share and phases, "
-    "weight 1/p (Raju et al., arXiv 2111.12621)",
-)
 def dynamic_random(ctx: ArmContext) -> dict:
-    config = EpochSiftConfig(seed=ctx.seed, **BEST)
+    config = EpochSiftConfig(seed=ctx.seed, **EPOCH_ARM_SETTING)
     if config.kept_share is None:
-        raise ValueError("dynamic-random matches the epoch arm's budget: BEST needs a kept_share")
+        raise ValueError("dynamic-random matches the epoch arm's budget: EPOCH_ARM_SETTING needs a kept_share")
     phases = Phases.of(config, ctx.epochs)
     sampler = DynamicRandomSampler(len(ctx.dataset), ctx.order, phases, config.kept_share, ctx.seed, ctx.device)
     planned = epoch_arm_plan(ctx, config)
@@ -111,5 +103,16 @@ def dynamic_random(ctx: ArmContext) -> dict:
         "scoring_forward_samples": 0,
         "kept_per_epoch": sampler.kept_per_epoch,
         "keep_probability": round(sampler.p, 6),
-        "epoch_config": dict(BEST),
+        "epoch_config": dict(EPOCH_ARM_SETTING),
     }
+
+
+def register_arms(register: Callable[..., Callable]) -> None:
+    """``dynamic-random``, a default arm."""
+    register(
+        "dynamic-random",
+        dynamic_random,
+        default=True,
+        description="a new uniform random subset every epoch, the epoch arm's kept share and phases, "
+        "weight 1/p (Raju et al., arXiv 2111.12621)",
+    )

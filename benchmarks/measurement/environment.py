@@ -41,7 +41,7 @@ def setup_backend(name: str) -> dict[str, Any]:
 
 def git_commit() -> str | None:
     """HEAD's hash, '+dirty' when benchmarks/ or neuron_sift/ differ from it; None outside git."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
         if head.returncode != 0:

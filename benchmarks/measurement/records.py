@@ -1,6 +1,6 @@
 """The suite's output files: ``runs.jsonl`` (one line per run, appended) and
 ``summary.jsonl`` (one line per task, backend and arm, replaced; its rows come from
-``report.summarize``, its schema is in ``report.py``)."""
+``report.summary.summarize``, its schema is in ``report/summary.py``)."""
 
 import json
 from datetime import datetime, timezone

@@ -1,9 +1,11 @@
 """The suite's arithmetic: time to target, the full-data frontier, the paired headline
-numbers, the summary rows (the schema of ``summary.jsonl``, which ``records.py`` writes) and
-the tables. Functions of the records only: no clock, no files (the plot is ``plot.py``).
+numbers, the summary rows (the schema of ``summary.jsonl``, which ``measurement/records.py``
+writes) and the tables. Functions of the records only: no clock, no files (the plot is
+``plot.py``).
 
-Times are wall-clock, or with ``clock="cpu"`` (``--clock cpu``) the process's CPU time over
-the same intervals (see ``clock.Clock``); both are recorded in every run.
+Times are wall-clock (``clock="wall"``) or the process's CPU time over the same intervals
+(``clock="cpu"``; see ``measurement/clock.py``); both are recorded in every run, the suite
+picks the clock (``--clock``, by default the CPU clock for runs on the host's CPU).
 
 Per seed (``annotate_seed``), every arm is paired with the ``full`` run and the frontier
 runs (``full`` and every ``full@X``) of the same seed:
@@ -31,7 +33,7 @@ An arm that never reaches the target has no speedup for that seed (``None``); th
 counts the seeds that reached it and takes medians over those only.
 
 ``summary.jsonl``: one object per task, backend and arm: ``task``, ``arm``, ``backend``,
-``clock`` (``wall``, or ``cpu`` with ``--clock cpu``: the times of the speedups, the
+``clock`` (``wall`` or ``cpu``: the times of the speedups, the
 iso-time gain and ``time_to_target_s``), ``seeds``, ``reached`` (seeds that reached the
 target), ``commit``, and for each metric
 ``M`` of ``speedup_vs_full``, ``speedup_vs_frontier`` (over the seeds that reached the
@@ -50,7 +52,7 @@ says the seeds cannot tell them apart (not that they are equal).
 import statistics
 from collections.abc import Sequence
 
-from confidence import mean_ci95
+from benchmarks.report.confidence import mean_ci95
 
 EPS = 1e-12
 

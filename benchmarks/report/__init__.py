@@ -1,0 +1,1 @@
+"""What the records become: the paired numbers and the tables, their confidence intervals, the plots."""
