@@ -1,4 +1,4 @@
 """The package version: the single source (setup.py reads it from this file without importing
 the package; ``neuron_sift.__version__`` re-exports it)."""
 
-__version__ = "0.7.0"
+__version__ = "0.8.0"
