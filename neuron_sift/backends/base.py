@@ -1,8 +1,9 @@
 """The backend interface the engine and loader rely on: the only place that asks what a device is."""
 
 import abc
+import contextlib
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -57,6 +58,18 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def to_host(self, tensor: torch.Tensor) -> torch.Tensor:
         """Read ``tensor`` back to the CPU (the one host read per source batch, where any)."""
+
+    def inference_mode(self) -> contextlib.AbstractContextManager[Any]:
+        """``torch.inference_mode`` for the scoring forward (``scoring_inference_mode``)."""
+        return torch.inference_mode()
+
+    def autocast(self, dtype: torch.dtype) -> contextlib.AbstractContextManager[Any]:
+        """Autocast to ``dtype`` on this backend's device (the scoring forward's lower
+        precision); ``ValueError`` where the device's autocast does not take it."""
+        kind = self.device.type
+        if not torch.amp.is_autocast_available(kind):
+            raise ValueError(f"scoring_precision: torch.autocast is not available on {kind} devices")
+        return torch.autocast(device_type=kind, dtype=dtype)
 
     def sync(self) -> None:  # noqa: B027 - a no-op where the device has no lazy graph
         """The step boundary: cut the device's lazy graph (asynchronously) where it has one."""

@@ -21,8 +21,10 @@ read: probabilistic mode assumes the expected kept count, so batches are still e
 and the training graphs are still extracted.
 """
 
+import contextlib
 import os
 from collections.abc import Callable, Hashable
+from typing import Any
 
 import torch
 import torch_xla
@@ -55,6 +57,14 @@ class XlaBackend(Backend):
             if out is not None:
                 return out
         return fn(*inputs)
+
+    def inference_mode(self) -> contextlib.AbstractContextManager[Any]:
+        """Refused: torch-xla's lazy tensors cannot be inference tensors ("Cannot set
+        version_counter for inference tensor" at the first op)."""
+        raise ValueError(
+            "scoring_inference_mode=True is not supported on torch-xla devices (its lazy tensors cannot be "
+            "inference tensors); leave it False: the scoring forward runs under torch.no_grad there"
+        )
 
     @property
     def extraction_only(self) -> bool:

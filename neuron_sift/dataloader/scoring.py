@@ -1,5 +1,6 @@
 """The scoring pass: the user's loss in eval mode without gradients, and its checks."""
 
+import contextlib
 from typing import Any
 
 import torch
@@ -7,27 +8,49 @@ import torch
 from neuron_sift.backends.base import Backend
 from neuron_sift.exceptions import LossOutputException
 
+# The autocast type of each ``scoring_precision`` below the model's own.
+SCORING_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
 
 class scoring_mode:
     """Eval mode and no gradients for the scoring pass; every module's mode is restored.
 
     ``model.eval()`` is called (not each flag set directly), so a model whose ``train()``
     is overridden keeps its own behaviour. A class, not a generator context manager: this
-    runs once per source batch.
+    runs once per source batch. ``inference``: the backend's ``inference_mode()`` context
+    instead of ``no_grad``; ``autocast``: a lower precision's autocast context, for scoring
+    only (``RelativeProbabilisticSiftConfig.scoring_inference_mode``, ``scoring_precision``).
     """
 
-    __slots__ = ("model", "modes", "grad")
+    __slots__ = ("model", "modes", "grad", "inference", "autocast", "inner")
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        inference: contextlib.AbstractContextManager[Any] | None = None,
+        autocast: contextlib.AbstractContextManager[Any] | None = None,
+    ):
         self.model = model
+        self.inference = inference
+        self.autocast = autocast
 
     def __enter__(self) -> None:
         self.modes = [(m, m.training) for m in self.model.modules()]
         self.grad = torch.is_grad_enabled()
         self.model.eval()
-        torch.set_grad_enabled(False)
+        self.inner: list[contextlib.AbstractContextManager[Any]] = []
+        if self.inference is not None:
+            self.inner.append(self.inference)
+        else:
+            torch.set_grad_enabled(False)
+        if self.autocast is not None:
+            self.inner.append(self.autocast)
+        for context in self.inner:
+            context.__enter__()
 
     def __exit__(self, *exc) -> None:
+        for context in reversed(self.inner):
+            context.__exit__(*exc)
         torch.set_grad_enabled(self.grad)
         for m, training in self.modes:
             m.training = training
@@ -56,4 +79,6 @@ def check_losses(losses: Any, n: int, backend: Backend) -> torch.Tensor:
             f"loss_impl.loss returned losses on {losses.device} but the model is on {backend.device}; "
             "compute the loss on the model's device"
         )
+    if losses.dtype in (torch.bfloat16, torch.float16):
+        losses = losses.float()  # ranked as float32 (exact: every half value is a float32)
     return losses.detach() if losses.requires_grad else losses

@@ -31,7 +31,7 @@ import torch
 
 from neuron_sift.data_model.data_model_interface import SiftingBatch
 from neuron_sift.dataloader.parts import LoaderParts, PassPosition
-from neuron_sift.dataloader.scoring import check_losses, scoring_mode
+from neuron_sift.dataloader.scoring import SCORING_DTYPES, check_losses, scoring_mode
 from neuron_sift.exceptions import UnsupportedDataFormatException, add_context
 from neuron_sift.shared.logs import LOADER_LOGGER
 
@@ -235,7 +235,11 @@ class SiftingPass:
 
     def _score(self, transformed: SiftingBatch, source: Any) -> torch.Tensor:
         sl = self.loader
-        with scoring_mode(sl.model):
+        config = sl.sift_config
+        precision = config.scoring_precision
+        autocast = None if precision == "model" else sl.backend.autocast(SCORING_DTYPES[precision])
+        inference = sl.backend.inference_mode() if config.scoring_inference_mode else None
+        with scoring_mode(sl.model, inference, autocast):
             losses = sl.loss_fn(sl.model, transformed, source)
         return check_losses(losses, len(transformed), sl.backend)
 

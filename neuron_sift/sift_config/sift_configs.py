@@ -14,6 +14,8 @@ from typing import Any
 from neuron_sift.shared.validation import check_bool, check_int, coerce, fail, from_mapping
 
 SELECTION_MODES = ("probabilistic", "fixed")
+# The scoring forward's precision: the model's own, or autocast to a lower one for scoring only.
+SCORING_PRECISIONS = ("model", "bfloat16", "float16")
 
 
 # Keys of a nested config given one level too high (a common slip): where they belong.
@@ -122,6 +124,17 @@ class RelativeProbabilisticSiftConfig:
         global_loss_history: neuron_sift addition. Under ``torch.distributed``, rank each
             loss against the recent losses of all ranks (one all-gather per source batch),
             so selection does not depend on how the data was partitioned.
+        scoring_inference_mode: neuron_sift addition. Run the scoring forward under
+            ``torch.inference_mode`` instead of ``torch.no_grad`` (no version counters, no
+            view tracking). Opt-in: a model that caches a tensor made in its forward (a
+            rotary table built on first use, say) and uses it in training then fails with
+            "Inference tensors cannot be saved for backward".
+        scoring_precision: neuron_sift addition. ``"model"`` (default) scores in the model's
+            own precision; ``"bfloat16"`` or ``"float16"`` run the scoring forward under
+            ``torch.autocast`` to that type on the model's device (the backend's; where the
+            device's autocast does not take it the loader refuses at its first batch). Only
+            the ranking sees the lower precision: the kept samples and the training step
+            are the model's, and the losses are ranked as float32.
 
     Raises:
         SiftConfigValidationException: a field is missing, unknown (in a dict), of the
@@ -134,6 +147,8 @@ class RelativeProbabilisticSiftConfig:
     selection_mode: str = "probabilistic"
     seed: int | None = None
     global_loss_history: bool = False
+    scoring_inference_mode: bool = False
+    scoring_precision: str = "model"
 
     def __post_init__(self) -> None:
         owner = "RelativeProbabilisticSiftConfig"
@@ -158,6 +173,9 @@ class RelativeProbabilisticSiftConfig:
         if self.seed is not None:
             check_int(owner, "seed", self.seed, 0)
         check_bool(owner, "global_loss_history", self.global_loss_history)
+        check_bool(owner, "scoring_inference_mode", self.scoring_inference_mode)
+        if not isinstance(self.scoring_precision, str) or self.scoring_precision not in SCORING_PRECISIONS:
+            fail(owner, "scoring_precision", f"expected one of {SCORING_PRECISIONS}, got {self.scoring_precision!r}")
 
     @classmethod
     def from_dict(cls, value: Mapping[str, Any]) -> "RelativeProbabilisticSiftConfig":

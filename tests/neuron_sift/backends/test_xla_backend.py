@@ -32,13 +32,14 @@ MODES = ["probabilistic", "fixed"]
 ADDED_GRAPHS_BOUND = {"fixed": 4, "probabilistic": 7}
 
 
-def config(mode, beta=1.0, history=128, delay=0, seed=0):
+def config(mode, beta=1.0, history=128, delay=0, seed=0, **scoring):
     return RelativeProbabilisticSiftConfig(
         beta_value=beta,
         loss_history_length=history,
         loss_based_sift_config={"sift_config": {"sift_delay": delay}},
         selection_mode=mode,
         seed=seed,
+        **scoring,
     )
 
 
@@ -441,3 +442,16 @@ def test_sorted_percentile_path_inside_the_loader(mode, monkeypatch):
     assert "xla" in calls
     assert on_xla[0] and on_xla[1]
     assert_same_selections(on_xla, per_epoch_ids(loader(torch.device("cpu")), 2), mode)
+
+
+def test_bfloat16_scoring_runs_on_the_xla_device_and_inference_mode_is_refused():
+    """``scoring_precision="bfloat16"`` autocasts the scoring forward on the XLA device (the
+    batches keep coming, the model stays float32); ``scoring_inference_mode`` is refused
+    there with what to do (torch-xla's lazy tensors cannot be inference tensors)."""
+    data = classification_data(n=256)
+    loader, model, _ = sifted("fixed", data, scoring_precision="bfloat16")
+    assert sum(int(batch[0].shape[0]) for batch in loader) > 0
+    assert next(model.parameters()).dtype == torch.float32
+    loader, _, _ = sifted("fixed", data, scoring_inference_mode=True)
+    with pytest.raises(ValueError, match="scoring_inference_mode=True is not supported on torch-xla"):
+        next(iter(loader))
