@@ -17,6 +17,10 @@ the kill. What the worker adds is observation and the fault:
   must take the newest step both wrote;
 - at the end each rank writes ``rank{r}.json`` with its parameters.
 
+``--checkpoints files``: the recipe's per-rank files (``on_disk``: this rank's steps at the
+start); ``--checkpoints dcp``: its torch.distributed.checkpoint functions (``on_disk``:
+[step, complete] of every checkpoint directory at the start).
+
 ``--mode epoch``: an ``EpochSiftingDataloader`` (warm-up, sifted epochs with a budget, an
 annealing epoch). ``--mode per-batch``: a ``SiftingDataloader`` over a seeded
 ``DistributedSampler``.
@@ -70,8 +74,8 @@ class Watched:
         a, step = self.args, self.step + 1  # the step being saved: logged only at the next batch
         if a.kill_in_save and self.attempt == 0 and self.rank == 1 and self.epoch_of() >= a.kill_epoch:
             peer = os.path.join(a.ckpts or os.path.join(a.out, "ckpts"), f"step{step:09d}-rank0-of2.pt")
-            deadline = time.monotonic() + 60
-            while not os.path.exists(peer) and time.monotonic() < deadline:
+            deadline = time.monotonic() + 60  # under DCP no rank's part is written before every rank's state
+            while a.checkpoints == "files" and not os.path.exists(peer) and time.monotonic() < deadline:
                 time.sleep(0.01)
             self.write({"killed": step, "epoch": self.epoch_of(), "in_save": True})
             os.kill(os.getpid(), signal.SIGKILL)
@@ -130,6 +134,7 @@ def main() -> None:
     p.add_argument("--kill-in-save", action="store_true", help="rank 1 dies while saving, after rank 0 saved")
     p.add_argument("--ckpts", default=None, help="the checkpoint folder (default: OUT/ckpts)")
     p.add_argument("--score-table", choices=["replicated", "sharded"], default="replicated")
+    p.add_argument("--checkpoints", choices=["files", "dcp"], default="files", help="which plumbing --recipe holds")
     args = p.parse_args()
 
     recipe: dict[str, Any] = {"__name__": "recipe"}
@@ -148,10 +153,15 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=15, gamma=0.7)
     ckpt_dir = args.ckpts or os.path.join(args.out, "ckpts")
-    found = recipe["newest_complete_checkpoint"](ckpt_dir)
-    resumed_from = found[0] if found else 0  # where the recipe's loop will start
-    files = recipe["checkpoints_on_disk"](ckpt_dir)
-    on_disk = sorted(s for (s, w), ranks in files.items() if w == world and rank in ranks)  # this rank's, at the start
+    if args.checkpoints == "files":
+        found = recipe["newest_complete_checkpoint"](ckpt_dir)
+        resumed_from = found[0] if found else 0  # where the recipe's loop will start
+        files = recipe["checkpoints_on_disk"](ckpt_dir)
+        # this rank's, at the start
+        on_disk = sorted(s for (s, w), ranks in files.items() if w == world and rank in ranks)
+    else:
+        resumed_from = recipe["newest_checkpoint"](ckpt_dir) or 0
+        on_disk = sorted([s, complete] for s, complete in recipe["checkpoints"](ckpt_dir).items())
 
     if args.mode == "epoch":
         source = DataLoader(data, batch_size=args.batch_size, shuffle=True)

@@ -3,7 +3,8 @@ the group restarted by ``torchrun --max-restarts=1``, every rank resumed from th
 checkpoint all ranks wrote. The loop and the checkpoint functions are the ones
 docs/large-datasets.md shows (its blocks are written to a file the worker runs), so the
 recipe is what is tested; the worker (``preemption_worker.py``) adds the logging and the
-fault. Both loaders.
+fault. Both loaders, and both of the page's checkpoint plumbings: torch.distributed.checkpoint
+(``dcp``) and per-rank files written by hand (``files``).
 
 What a user relies on: the run finishes (no hang, exit 0); what is retrained after the
 restart is exactly the part after the checkpoint (the same ids, in the same order), and
@@ -26,26 +27,26 @@ WORLD = 2
 EVERY, KILL_AFTER = 8, 3  # checkpoint every 8 steps; rank 1 dies 3 steps after one
 
 
-def recipe(tmp_path) -> str:
-    """The documentation's checkpoint functions and loops, as one script."""
-    path = tmp_path / "recipe.py"
-    path.write_text(
-        "\n\n".join(
-            [
-                example("Checkpoint files: per rank, atomic, newest complete checkpoint"),
-                example("The loop: EpochSiftingDataloader"),
-                example("The loop: SiftingDataloader"),
-            ]
-        ),
-        encoding="utf-8",
-    )
+PLUMBING = {
+    "files": "Checkpoint files: per rank, atomic, newest complete checkpoint",
+    "dcp": "Checkpoints with torch.distributed.checkpoint",
+}
+
+
+def recipe(tmp_path, checkpoints: str) -> str:
+    """The documentation's checkpoint functions (``checkpoints``: its per-rank files or its
+    torch.distributed.checkpoint ones) and loops, as one script."""
+    path = tmp_path / f"recipe_{checkpoints}.py"
+    blocks = [example(PLUMBING[checkpoints]), example("The loop: EpochSiftingDataloader")]
+    path.write_text("\n\n".join([*blocks, example("The loop: SiftingDataloader")]), encoding="utf-8")
     return str(path)
 
 
-def launch(tmp_path, mode: str, *args: str, world=WORLD, restarts=1, finishes=True, tag=None):
+def launch(tmp_path, mode: str, *args: str, checkpoints="files", world=WORLD, restarts=1, finishes=True, tag=None):
     """The worker under torchrun with ``restarts`` restarts allowed; returns (per-rank log
     entries, per-rank results: None for a run expected to fail, ``finishes=False``)."""
-    worker_args = ["--mode", mode, "--recipe", recipe(tmp_path), "--every", str(EVERY), "--kill-after", str(KILL_AFTER)]
+    worker_args = ["--mode", mode, "--recipe", recipe(tmp_path, checkpoints), "--checkpoints", checkpoints]
+    worker_args += ["--every", str(EVERY), "--kill-after", str(KILL_AFTER)]
     out = torchrun.launch(
         WORKER, tmp_path, world, *worker_args, *args, tag=tag or mode, restarts=restarts, finishes=finishes
     )
@@ -116,12 +117,17 @@ def check_restart(logs, results, gap=KILL_AFTER):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("table", ["replicated", "sharded"])
-def test_epoch_sifting_survives_a_killed_rank(tmp_path, table):
+# DCP with the replicated table only: the sharded table's restart at the same world size
+# differs from it by nothing DCP sees (each rank's entry is restored as saved).
+@pytest.mark.parametrize(
+    ("table", "checkpoints"), [("replicated", "files"), ("sharded", "files"), ("replicated", "dcp")]
+)
+def test_epoch_sifting_survives_a_killed_rank(tmp_path, table, checkpoints):
     """320 samples, batches of 8 on 2 ranks, 4 epochs: warm-up (20 steps), two sifted epochs
     keeping half (10 steps each), annealing (20 steps); rank 1 dies at step 27, 3 steps
     after the checkpoint of step 24, in the first sifted epoch."""
-    logs, results = launch(tmp_path, "epoch", "--epochs", "4", "--kill-epoch", "1", "--score-table", table)
+    common = ["--epochs", "4", "--kill-epoch", "1", "--score-table", table]
+    logs, results = launch(tmp_path, "epoch", *common, checkpoints=checkpoints)
     final, ckpt, killed = check_restart(logs, results)
     assert [e for e in logs[1] if e.get("step") == killed["killed"]][0]["kind"] == "sift"
     assert results[0]["last_step"] == 60
@@ -134,32 +140,42 @@ def test_epoch_sifting_survives_a_killed_rank(tmp_path, table):
 
 
 @pytest.mark.slow
-def test_per_batch_sifting_survives_a_rank_killed_while_saving(tmp_path):
+@pytest.mark.parametrize("checkpoints", ["files", "dcp"])
+def test_per_batch_sifting_survives_a_rank_killed_while_saving(tmp_path, checkpoints):
     """The kill and restart under ``SiftingDataloader``, with rank 1 killed inside its
-    checkpoint of a step whose checkpoint rank 0 has written: the ranks' newest files differ,
-    the restart resumes both from the step before, which they both wrote; the resumed run
-    re-emits exactly the batches after it, and the ranks still agree on every epoch's steps."""
-    logs, results = launch(tmp_path, "per-batch", "--epochs", "3", "--kill-epoch", "1", "--kill-in-save")
+    checkpoint of a step: with per-rank files, once rank 0 has written its own (the ranks'
+    newest files differ); under DCP, before any rank's part is written (that checkpoint is
+    never completed). The restart resumes both ranks from the step before, which both
+    wrote; the resumed run re-emits exactly the batches after it, and the ranks still agree
+    on every epoch's steps."""
+    common = ["--epochs", "3", "--kill-epoch", "1", "--kill-in-save"]
+    logs, results = launch(tmp_path, "per-batch", *common, checkpoints=checkpoints)
     final, ckpt, killed = check_restart(logs, results, gap=EVERY)
     assert killed["in_save"] and killed["epoch"] >= 1
-    assert results[0]["on_disk"][-1] == ckpt + EVERY > results[1]["on_disk"][-1] == ckpt
+    if checkpoints == "files":
+        assert results[0]["on_disk"][-1] == ckpt + EVERY > results[1]["on_disk"][-1] == ckpt
+    else:
+        complete = [s for s, done in results[0]["on_disk"] if done]
+        assert complete[-1] == ckpt and [ckpt + EVERY, True] not in results[0]["on_disk"]
     for epoch in range(3):
         per_rank = [sum(1 for e in rank if e["epoch"] == epoch) for rank in final]
         assert per_rank[0] == per_rank[1] > 0, (epoch, per_rank)
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("checkpoints", ["files", "dcp"])
 @pytest.mark.parametrize("table", ["replicated", "sharded"])
-def test_epoch_sifting_resumes_a_killed_run_at_another_world_size(tmp_path, table):
+def test_epoch_sifting_resumes_a_killed_run_at_another_world_size(tmp_path, table, checkpoints):
     """The same kill with no restart allowed (the job fails, as when its nodes are gone),
     then a new job of 3 ranks on the same checkpoints: the recipe's ``load_checkpoint``
     finds the 2-rank checkpoint of step 24 and resumes from it at 3 ranks. The interrupted
     epoch trains exactly its plan, each sample once (the 2 ranks' steps up to the checkpoint,
     then the 3 ranks' rest); later epochs are planned for 3 ranks; the 3 ranks stay in step."""
     common = ["--epochs", "4", "--score-table", table]
-    two, _ = launch(tmp_path, "epoch", *common, "--kill-epoch", "1", restarts=0, finishes=False, tag="two")
+    job = {"checkpoints": checkpoints}
+    two, _ = launch(tmp_path, "epoch", *common, "--kill-epoch", "1", restarts=0, finishes=False, tag="two", **job)
     ckpts = str(tmp_path / "two" / "ckpts")
-    three, results = launch(tmp_path, "epoch", *common, "--kill-epoch", "99", "--ckpts", ckpts, world=3)
+    three, results = launch(tmp_path, "epoch", *common, "--kill-epoch", "99", "--ckpts", ckpts, world=3, **job)
     assert all(r["resumed_from"] == 24 for r in results)
     assert all(r["params"] == results[0]["params"] for r in results)
     plans = epoch_plans(two, three, table=table)
