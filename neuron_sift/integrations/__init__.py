@@ -2,6 +2,7 @@
 and lengths for schedules and trainers (``neuron_sift.integrations.schedules``).
 Both loaders in ``torch.distributed.checkpoint``: ``PerRankLoaderState`` and
 ``ReshardingLoadPlanner`` (``neuron_sift.integrations.distributed_checkpoint``, imported on first use).
+Lightning's resume from a checkpoint: ``neuron_sift.integrations.lightning_checkpoint.SiftingResume``.
 
 Importing this package needs neither transformers nor accelerate.
 """

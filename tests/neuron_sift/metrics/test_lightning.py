@@ -316,7 +316,7 @@ def test_readme_pytorch_lightning_example(tmp_path, monkeypatch):
     out = io.StringIO()
     with contextlib.redirect_stdout(out), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        exec(compile(example("PyTorch Lightning"), "README.md", "exec"), {"__name__": "__main__"})
+        exec(compile(example("Sifting in a LightningModule"), "README.md", "exec"), {"__name__": "__main__"})
     printed = out.getvalue()
     steps = int(re.search(r"steps: (\d+)", printed).group(1))
     share = float(re.search(r"kept share: ([\d.]+)", printed).group(1))
