@@ -29,13 +29,12 @@ What it does to ``trainer`` (nothing else is patched; the patch is one mode's ho
   ``DistributedType.NO`` under ``torchrun``), every process plans and trains the whole
   epoch, as the Trainer does without sifting; where it shards the data, the plan is
   sharded over the same ranks; a disagreement is refused naming both.
-- Checkpoints: a ``TrainerCallback`` writes the stream's ``state_dict()`` into each
-  checkpoint folder the Trainer saves (``state_file(rank)``), and ``trainer.train`` is
-  wrapped so that ``resume_from_checkpoint`` restores it into the new stream. Only
-  checkpoints taken at the end of a Trainer epoch resume: mid-epoch the Trainer would skip
-  the trained batches by rebuilding its DataLoader (accelerate's ``skip_first_batches``),
-  which cannot replay the plan; such a checkpoint is refused before that. Checkpoints of
-  0.4.0 (its ``EpochStream`` state) still resume.
+- Checkpoints (``trainer_checkpoint``): a ``TrainerCallback`` writes the stream's
+  ``state_dict()`` into each checkpoint folder the Trainer saves (``state_file(process)``), and
+  ``trainer.train`` is wrapped so that ``resume_from_checkpoint`` restores it into the new
+  stream, from an epoch's end or from its middle (the Trainer's skip of the epoch's trained
+  batches is answered by the stream's own state). Checkpoints of 0.4.0 (its
+  ``EpochStream`` state) still resume.
 
 Per-sample losses: classification, ``cross_entropy(logits, labels, reduction="none")``;
 causal LM, the mean over each sequence's predicted tokens (labels shifted by one, -100
@@ -43,7 +42,6 @@ ignored) of the token cross-entropy.
 """
 
 import logging
-import os
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -53,7 +51,12 @@ import torch.nn.functional as F
 
 from neuron_sift.epoch.loader import EpochSiftingDataloader
 from neuron_sift.integrations.epoch_run_length import check_max_steps, check_within_plan, planned_epochs
-from neuron_sift.integrations.exact_length import STATE_FORMAT, ExactLengthLoader, read_state
+from neuron_sift.integrations.exact_length import ExactLengthLoader
+from neuron_sift.integrations.trainer_checkpoint import (
+    TrainerCheckpoints,
+    restore_at_epoch_end,  # noqa: F401  (its path before trainer_checkpoint existed)
+)
+from neuron_sift.integrations.trainer_checkpoint import state_file as checkpoint_state_file
 from neuron_sift.integrations.trainer_optimizer import check_trainer_optimizer
 from neuron_sift.integrations.trainer_patch import HookSet, install, log_hook, original, require_trainer
 from neuron_sift.integrations.trainer_ranks import trainer_distributed
@@ -72,34 +75,6 @@ def __getattr__(name: str) -> Any:
         )
         return ExactLengthLoader
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def restore_at_epoch_end(stream: ExactLengthLoader, state: Any) -> None:
-    """Load a checkpoint's stream state, refusing one taken mid-way through a Trainer epoch.
-
-    Why only at an epoch's end: resuming mid-epoch, the Trainer skips the epoch's trained
-    batches itself by rebuilding its DataLoader (accelerate's ``skip_first_batches``), which
-    cannot replay the plan; at an epoch's end it skips nothing, and the next Trainer epoch
-    starts afresh (a stream saved after its epoch's last batch continues with a new epoch).
-    """
-    state = read_state(state)
-    per_epoch = stream.steps_per_epoch
-    if state["steps_per_epoch"] != per_epoch:
-        raise ValueError(
-            f"the checkpoint's run had {state['steps_per_epoch']} batches per Trainer epoch, this one plans "
-            f"{per_epoch}: resume with the same dataset, batch size, num_train_epochs and sifting config"
-        )
-    in_epoch = state["epoch_yielded"] or 0
-    if in_epoch not in (0, per_epoch):
-        raise ValueError(
-            f"enable_epoch_sifting resumes from checkpoints taken at the end of a Trainer epoch; this one was "
-            f"taken {in_epoch} of {per_epoch} batches into an epoch, where the Trainer would skip "
-            f"batches the sifting plan must replay. Save with save_strategy='epoch' (or save_steps a multiple "
-            f"of the optimizer steps per epoch) and resume from such a checkpoint"
-        )
-    # The checkpoint was verified by read_state(); the epoch it ended is closed here, and the
-    # state holding that change is written (and sealed) anew rather than edited by hand.
-    stream.load_state_dict(STATE_FORMAT.write({**{p: state[p] for p in STATE_FORMAT.parts}, "epoch_yielded": None}))
 
 
 def per_sample_classification(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -146,7 +121,7 @@ def enable_epoch_sifting(
             f"per_sample_loss must be 'classification', 'causal_lm', a callable or None, got {per_sample_loss!r}"
         )
     planned_epochs(trainer.args.num_train_epochs)  # fail now, not at train()
-    resume: dict[str, str | None] = {"path": None}  # the checkpoint the current train() resumes from
+    checkpoints = TrainerCheckpoints(trainer, "epoch_sifting", "epoch_sifting_stream")
 
     def get_train_dataloader() -> ExactLengthLoader:
         args = trainer.args
@@ -163,8 +138,7 @@ def enable_epoch_sifting(
         )
         if stops_early is not None:
             logger.warning("enable_epoch_sifting: %s", stops_early)
-        if resume["path"] is not None:
-            restore_at_epoch_end(stream, _load_stream_state(resume["path"], loader.ranks.rank))
+        checkpoints.restore_into(stream)
         trainer.epoch_sifting_stream = stream
         logger.info(
             "enable_epoch_sifting: %d batches per Trainer epoch (%s)",
@@ -185,13 +159,6 @@ def enable_epoch_sifting(
         loss = loader.weighted_loss(_per_sample(per_sample_loss, outputs, inputs))
         return (loss, outputs) if return_outputs else loss
 
-    def train(resume_from_checkpoint: Any = None, *args: Any, **kwargs: Any) -> Any:
-        resume["path"] = _checkpoint_folder(trainer, resume_from_checkpoint)
-        try:
-            return original(trainer, "train")(resume_from_checkpoint, *args, **kwargs)
-        finally:
-            resume["path"] = None
-
     # The loss returned is a per-batch mean: the Trainer must not divide it by the accumulation steps.
     attributes: dict[str, Any] = {
         "epoch_sifting_dataloader": None,
@@ -206,56 +173,14 @@ def enable_epoch_sifting(
             "get_train_dataloader": get_train_dataloader,
             "compute_loss": compute_loss,
             "log": log_hook(trainer, "epoch_sifting_dataloader", "epoch_sifting/", log_metrics),
-            "train": train,
+            **checkpoints.methods(),
         },
         attributes=attributes,
-        callbacks=[_saving_callback(trainer)],
+        callbacks=[checkpoints.callback()],
     )
     return install(trainer, hooks)
 
 
 def state_file(rank: int) -> str:
-    """The file in a Trainer checkpoint folder holding this rank's sifting state."""
-    return f"epoch_sifting_rank{rank}.pt"
-
-
-def _checkpoint_folder(trainer: Any, resume_from_checkpoint: Any) -> str | None:
-    """The folder ``train(resume_from_checkpoint=...)`` resumes from, as the Trainer reads the
-    argument (``True``: the last checkpoint in ``output_dir``), or None."""
-    if resume_from_checkpoint is None or resume_from_checkpoint is False:
-        return None
-    if resume_from_checkpoint is True:
-        from transformers.trainer_utils import get_last_checkpoint
-
-        return get_last_checkpoint(trainer.args.output_dir)  # None: the Trainer itself refuses
-    return os.fspath(resume_from_checkpoint)
-
-
-def _load_stream_state(folder: str, rank: int) -> dict[str, Any]:
-    path = os.path.join(folder, state_file(rank))
-    if not os.path.isfile(path):
-        raise ValueError(
-            f"resume_from_checkpoint={folder!r} holds no {state_file(rank)}: the checkpoint was not saved by a "
-            f"Trainer with enable_epoch_sifting, so the sifting plan and scores cannot be restored. Resume from a "
-            f"checkpoint of an epoch-sifting run, or train without resume_from_checkpoint"
-        )
-    state: dict[str, Any] = torch.load(path, weights_only=True)
-    return state
-
-
-def _saving_callback(trainer: Any) -> Any:
-    """A ``TrainerCallback`` writing the sifting state into each checkpoint the Trainer saves."""
-    from transformers import TrainerCallback
-    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
-    class SaveEpochSifting(TrainerCallback):
-        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            stream = getattr(trainer, "epoch_sifting_stream", None)
-            if stream is None:
-                return
-            folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
-            os.makedirs(folder, exist_ok=True)
-            rank = stream.loader.ranks.rank
-            torch.save(stream.state_dict(), os.path.join(folder, state_file(rank)))
-
-    return SaveEpochSifting()
+    """The file in a Trainer checkpoint folder holding this process's epoch-sifting state."""
+    return checkpoint_state_file("epoch_sifting", rank)

@@ -54,6 +54,15 @@ class SiftingResume(Callback):
     Checkpoints without any loader state are left as they are.
     """
 
+    def __init__(self) -> None:
+        super().__init__()
+        if _lightning_version() < (2, 5):
+            raise RuntimeError(
+                f"SiftingResume needs Lightning 2.5 or newer (installed: {'.'.join(map(str, _lightning_version()))}): "
+                "older releases resume a checkpoint taken at an epoch's last batch inside that epoch, one epoch "
+                "behind the uninterrupted run, so the resumed run would train other batches. pip install 'lightning>=2.5'"
+            )
+
     def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
         fit_loop = _mapping(_mapping(checkpoint.get("loops")).get("fit_loop"))
         loop_state = _mapping(fit_loop.get("state_dict"))
@@ -78,6 +87,16 @@ class SiftingResume(Callback):
                 )
         if _starts_next_epoch(fit_loop):
             loop_state["combined_loader"] = [_closed(state) for state in states]
+
+
+def _lightning_version() -> tuple[int, int]:
+    """The installed Lightning's (major, minor): ``lightning`` or the older ``pytorch_lightning``."""
+    try:
+        import lightning as package
+    except ImportError:  # pragma: no cover - the older package name
+        import pytorch_lightning as package  # type: ignore[no-redef]
+    major, minor = package.__version__.split(".")[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

@@ -25,7 +25,9 @@ set_epochs=None)``, with the same call. What it does to ``trainer``:
   process, as the Trainer trains without sifting); where it shards the data, the ranks
   agree on their steps; a disagreement between the two is refused naming both.
 - ``trainer.sifting_dataloader`` is the ``SiftingDataloader`` of the current ``train()``
-  (None before), for ``counts``, ``metrics()`` and ``neuron_sift.metrics.collect_metrics``.
+  (None before), for ``counts``, ``metrics()`` and ``neuron_sift.metrics.collect_metrics``;
+  ``trainer.sifting_stream`` is the ``ExactLengthLoader`` around it that the Trainer trains
+  from (None for a dataset without a length).
 - With ``log_metrics=True`` (default), every training log of the Trainer (each
   ``logging_steps`` and the final one) also carries the sifting scalars as
   ``sifting/<name>`` (see ``SiftingMetrics.scalars``): they reach ``state.log_history`` and
@@ -41,7 +43,11 @@ set_epochs=None)``, with the same call. What it does to ``trainer``:
   reset to -1 (ignored).
 - an int ``n >= 1``: ``args.num_train_epochs = n``, and ``max_steps`` is ignored as above.
 
-Resuming a Trainer run mid-epoch from a checkpoint is not supported with sifting.
+Checkpoints (``trainer_checkpoint``): every checkpoint the Trainer saves gets the stream's
+state (``sifting_rank<process>.pt``), and ``train(resume_from_checkpoint=...)`` restores it,
+from an epoch's end or from its middle (the Trainer's skip of the epoch's trained batches
+is answered by the stream's own state). A dataset without a length has no stream to
+restore: resuming its run is refused.
 """
 
 import logging
@@ -51,6 +57,7 @@ from typing import Any
 
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
 from neuron_sift.integrations.schedules import ExactLengthLoader, batches_per_epoch, round_half_up
+from neuron_sift.integrations.trainer_checkpoint import TrainerCheckpoints
 from neuron_sift.integrations.trainer_optimizer import check_trainer_optimizer
 from neuron_sift.integrations.trainer_patch import HookSet, install, log_hook, original, require_trainer
 from neuron_sift.integrations.trainer_ranks import trainer_distributed
@@ -193,6 +200,7 @@ def enable_sifting(
                 args.max_steps,
             )
             args.max_steps = -1
+    checkpoints = TrainerCheckpoints(trainer, "sifting", "sifting_stream")
 
     def get_train_dataloader():
         prepared = original(trainer, "get_train_dataloader")()
@@ -214,9 +222,16 @@ def enable_sifting(
         )
         trainer.sifting_dataloader = sifting
         if source is None:
+            if checkpoints.folder is not None:
+                raise ValueError(
+                    "enable_sifting resumes a checkpoint through the sifted stream of a train dataset with a length; "
+                    "this train dataset has none. Train without resume_from_checkpoint, or give the dataset a length"
+                )
             logger.info("enable_sifting: the train dataset has no length; the Trainer needs max_steps")
             return sifting
         loader = ExactLengthLoader(sifting, steps_per_epoch_for(trainer.args, sifting))
+        checkpoints.restore_into(loader)
+        trainer.sifting_stream = loader
         logger.info(
             "enable_sifting: %d sifted batches per epoch (%s, %s mode)",
             len(loader),
@@ -230,7 +245,9 @@ def enable_sifting(
         {
             "get_train_dataloader": get_train_dataloader,
             "log": log_hook(trainer, "sifting_dataloader", "sifting/", log_metrics),
+            **checkpoints.methods(),
         },
-        attributes={"sifting_dataloader": None},
+        attributes={"sifting_dataloader": None, "sifting_stream": None},
+        callbacks=[checkpoints.callback()],
     )
     return install(trainer, hooks)

@@ -14,8 +14,9 @@ from typing import Any
 
 from neuron_sift.metrics.sifting_metrics import collect_metrics
 
-# Every method any mode patches: saved once, restored before each install.
-PATCHED = ("get_train_dataloader", "compute_loss", "log", "train")
+# Every method any mode patches: saved once, restored before each install (a Trainer without
+# one, such as transformers 4.x without get_resumed_dataloader, has it neither saved nor patched).
+PATCHED = ("get_train_dataloader", "compute_loss", "log", "train", "get_resumed_dataloader")
 _SAVED = "_neuron_sift_originals"
 _MISSING = object()
 

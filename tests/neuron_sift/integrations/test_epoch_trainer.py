@@ -7,8 +7,9 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from neuron_sift import EpochSiftingDataloader
-from neuron_sift.integrations.epoch_trainer import _load_stream_state, enable_epoch_sifting, restore_at_epoch_end
+from neuron_sift.integrations.epoch_trainer import enable_epoch_sifting, state_file
 from neuron_sift.integrations.schedules import ExactLengthLoader
+from neuron_sift.integrations.trainer_checkpoint import load_state, restore_at_epoch_end
 from tests.neuron_sift.integrations.fake_trainer import FakeTrainer, train_loader
 from tests.neuron_sift.integrations.trainer_harness import scenarios
 
@@ -48,23 +49,24 @@ def test_hugging_face_trainer_on_xla():
 @pytest.mark.slow
 def test_hugging_face_trainer_resumes_from_a_checkpoint():
     """64 samples, batch 8, 4 Trainer epochs of 6 steps; checkpoints at step 12 (the end of
-    the second epoch) and step 9 (mid-epoch). Resumed from step 12 the Trainer trains the
-    very samples of the uninterrupted run's steps 13 to 24, in the same batches (also from
-    the state as 0.4.0 wrote it); from step 9 it is refused, before accelerate's skipping
-    would fail on the sifted stream."""
+    the second epoch) and step 9 (mid-epoch). Resumed from either, the Trainer trains the
+    very samples of the uninterrupted run's later steps, in the same batches, also from the
+    state as 0.4.0 wrote it (test_trainer_resume.py covers both modes and devices)."""
     r = scenarios("epoch", "resume")["resume"]
     assert r["per_epoch"] == 6 and len(r["full_steps"]) == 24
     assert r["saved"] == ["epoch_sifting_rank0.pt"] and r["saved_kind"] == "ExactLengthLoader"
     assert r["resumed_steps"] == r["full_steps"][12:]
-    assert r["resumed_from_0_4_0"] == r["full_steps"][12:]
+    assert r["mid_epoch"] == r["full_steps"][9:]
+    assert r["resumed_from_0_4_0_at_12"] == r["full_steps"][12:]
+    assert r["resumed_from_0_4_0_at_9"] == r["full_steps"][9:]
     assert r["global_step"] == 24 and r["same_weights"]
     assert r["kinds"] == ["warmup", "sift", "sift", "anneal"] and r["unpaired"] == 0
-    assert "taken 3 of 6 batches into an epoch" in r["mid_epoch"] and "save_strategy='epoch'" in r["mid_epoch"]
 
 
 def test_resuming_from_a_checkpoint_without_the_sifting_state(tmp_path):
     with pytest.raises(ValueError, match="holds no epoch_sifting_rank0.pt: the checkpoint was not saved by a Trainer"):
-        _load_stream_state(str(tmp_path), 0)
+        load_state(str(tmp_path), "epoch_sifting", 0)
+    assert state_file(0) == "epoch_sifting_rank0.pt"
 
 
 def stream(per_epoch=4):
@@ -88,7 +90,7 @@ def test_the_stream_state_refuses_another_run():
     another_run = yielded(3, 0)  # a run planning 3 batches per Trainer epoch
     with pytest.raises(ValueError, match="had 3 batches per Trainer epoch, this one plans 4"):
         restore_at_epoch_end(s, another_run)
-    with pytest.raises(ValueError, match="taken 2 of 4 batches into an epoch"):
+    with pytest.raises(ValueError, match="taken 2 of 4 batches into a Trainer epoch, not at its end"):
         restore_at_epoch_end(s, yielded(4, 2))
     with pytest.raises(ValueError, match="not an ExactLengthLoader state: it comes from EpochSiftingDataloader"):
         restore_at_epoch_end(s, loader.state_dict())

@@ -216,3 +216,16 @@ def test_damaged_or_unreadable_checkpoints_are_refused(mid_epoch_state):
     untouched = {"state_dict": {}}  # a checkpoint without loops or loader states: nothing to do
     SiftingResume().on_load_checkpoint(None, None, untouched)
     assert untouched == {"state_dict": {}}
+
+
+def test_lightning_before_2_5_is_refused_naming_the_fix(monkeypatch):
+    """2.4 resumes a checkpoint of an epoch's last batch inside that epoch (the bound in setup.py)."""
+    import lightning
+
+    from neuron_sift.integrations.lightning_checkpoint import SiftingResume
+
+    monkeypatch.setattr(lightning, "__version__", "2.4.0")
+    with pytest.raises(RuntimeError, match=r"Lightning 2.5 or newer \(installed: 2.4\).*lightning>=2.5"):
+        SiftingResume()
+    monkeypatch.setattr(lightning, "__version__", "2.10.1rc1")
+    SiftingResume()

@@ -145,11 +145,12 @@ def test_enabling_epoch_sifting_after_sifting_replaces_it(switch_runs):
 
 
 def test_enabling_sifting_after_epoch_sifting_replaces_it(switch_runs):
-    """The per-batch mode's hooks replace the epoch mode's: the Trainer's own compute_loss and
-    train are back, the saving callback is gone, and only per-batch scalars are logged."""
+    """The per-batch mode's hooks replace the epoch mode's: the Trainer's own compute_loss is
+    back, train and the skip are the per-batch mode's, one saving callback is left (the
+    per-batch mode's), and only per-batch scalars are logged."""
     r = switch_runs["epoch_then_sifting"]
     assert r["mode"] == "sifting" and not r["epoch_loader"]
-    assert r["own_methods"] and r["callbacks_back"] and r["attributes_back"]
+    assert r["own_methods"] and r["epoch_hooks_gone"] and r["callbacks_added"] == 1 and r["attributes_back"]
     assert r["loader_type"] == "ExactLengthLoader" and r["logged"] > 0 and not r["epoch_sifting_logged"]
     assert r["global_step"] == r["max_steps"] and r["counts"]["num_batches_emitted"] == r["global_step"]
     assert r["scored_by_trainer_model"] and r["kept_share"] == 0.5
@@ -164,7 +165,7 @@ def test_enabling_epoch_sifting_twice_replaces_the_settings(switch_runs):
 
 def test_readme_hugging_face_trainer_example(tmp_path):
     script = tmp_path / "hf_example.py"
-    script.write_text(example("Hugging Face Trainer"), encoding="utf-8")
+    script.write_text(example("A complete example"), encoding="utf-8")
     out = run_python([str(script)], {"USE_TORCH_XLA": "0"}, cwd=tmp_path)
     steps = next(line for line in out.splitlines() if line.startswith("optimizer steps:")).split()
     assert steps[2] == steps[4] and int(steps[2]) > 0  # "optimizer steps: N of N"

@@ -239,7 +239,9 @@ def resume_trainer(out, data, trained, save=()):
 
 def epoch_resume(out):
     """An uninterrupted run saving at the end of Trainer epoch 2 (step 12 of 24) and mid-epoch
-    (step 9); runs resumed from each, and from step 12's state as 0.4.0's EpochStream wrote it."""
+    (step 9); runs resumed from each, and from each state as 0.4.0's EpochStream wrote it
+    (test_trainer_resume.py compares the runs of both modes at length; this is the epoch
+    mode's older layout)."""
     data = ToyTextDataset(n=64)
     full = TrainedIds(data)
     trainer = resume_trainer(out, data, full, save=(9, 12))
@@ -261,17 +263,18 @@ def epoch_resume(out):
         "kinds": [e["kind"] for e in m["epochs"]],
         "unpaired": m["unpaired_batches"],
     }
-    # The same checkpoint as 0.4.0 wrote it: EpochStream's keys, no kind, no version.
-    old = {"loader": saved["loader"], "per_epoch": saved["steps_per_epoch"], "in_epoch": saved["epoch_yielded"]}
-    torch.save(old, f"{out}/checkpoint-12/epoch_sifting_rank0.pt")
-    from_old = TrainedIds(data)
-    resume_trainer(out, data, from_old).train(resume_from_checkpoint=f"{out}/checkpoint-12")
-    result["resumed_from_0_4_0"] = from_old.steps
-    try:
-        resume_trainer(out, data, TrainedIds(data)).train(resume_from_checkpoint=f"{out}/checkpoint-9")
-        result["mid_epoch"] = None
-    except ValueError as e:
-        result["mid_epoch"] = str(e)
+    mid_epoch = TrainedIds(data)
+    resume_trainer(out, data, mid_epoch).train(resume_from_checkpoint=f"{out}/checkpoint-9")
+    result["mid_epoch"] = mid_epoch.steps
+    for step in (12, 9):
+        # The checkpoint as 0.4.0 wrote it: EpochStream's keys, no kind, no version.
+        path = f"{out}/checkpoint-{step}/epoch_sifting_rank0.pt"
+        saved = torch.load(path, weights_only=True)
+        old = {"loader": saved["loader"], "per_epoch": saved["steps_per_epoch"], "in_epoch": saved["epoch_yielded"]}
+        torch.save(old, path)
+        from_old = TrainedIds(data)
+        resume_trainer(out, data, from_old).train(resume_from_checkpoint=f"{out}/checkpoint-{step}")
+        result[f"resumed_from_0_4_0_at_{step}"] = from_old.steps
     return {"resume": result}
 
 
@@ -331,18 +334,21 @@ def switch_cpu(out):
         "per_batch_loss_calls": loss.calls,
     }
     trainer = make_trainer(out, model=TinyTextClassifier(), num_train_epochs=2)
-    originals = {name: getattr(trainer, name) for name in ("compute_loss", "train", "log")}
+    both = ("train", "get_resumed_dataloader")  # hooked by both modes (checkpoints)
+    own_compute_loss = trainer.compute_loss
     accepts_loss_kwargs = trainer.model_accepts_loss_kwargs
     callbacks = len(trainer.callback_handler.callbacks)
     enable_epoch_sifting(trainer, EPOCH_CONFIG)
+    epoch_hooks = {name: getattr(trainer, name) for name in both}
     enable_sifting(trainer, sift_config("fixed", delay=0), loss := SiftBertLoss())
     r = observe(trainer, loss)
     r.update(
         mode=installed_mode(trainer),
         epoch_loader=getattr(trainer, "epoch_sifting_dataloader", None) is not None,
-        # the Trainer's own methods are back (bound methods compare equal by function and instance)
-        own_methods=all(getattr(trainer, name) == m for name, m in originals.items() if name != "log"),
-        callbacks_back=len(trainer.callback_handler.callbacks) == callbacks,
+        # the Trainer's own compute_loss is back (bound methods compare equal by function and instance)
+        own_methods=trainer.compute_loss == own_compute_loss,
+        epoch_hooks_gone=all(getattr(trainer, name) is not hook for name, hook in epoch_hooks.items()),
+        callbacks_added=len(trainer.callback_handler.callbacks) - callbacks,
         attributes_back=trainer.model_accepts_loss_kwargs == accepts_loss_kwargs,
     )
     results["epoch_then_sifting"] = r
