@@ -65,7 +65,9 @@ class SiftingResume(Callback):
 
     def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
         fit_loop = _mapping(_mapping(checkpoint.get("loops")).get("fit_loop"))
-        loop_state = _mapping(fit_loop.get("state_dict"))
+        loop_state = fit_loop.get("state_dict")
+        if not isinstance(loop_state, dict):
+            return  # no loop state: nothing of a loader to restore
         states = loop_state.get("combined_loader")
         if not states:
             return
