@@ -61,7 +61,7 @@ import benchmarks  # noqa: E402,F401
 
 sys.path.remove(_CHECKOUT)
 
-from benchmarks.arms import ARMS, PLUGINS, default_arms, get_arm  # noqa: E402
+from benchmarks.arms import PLUGINS, default_arms, get_arm, task_arms  # noqa: E402
 from benchmarks.core.runner import run_task  # noqa: E402
 from benchmarks.core.tasks import (  # noqa: E402
     BY_NAME_ONLY,
@@ -114,7 +114,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--arms",
         default=",".join(defaults),
-        help=f"comma-separated arms; registered: {', '.join(ARMS)}; also full@X for X in (0, 1]; "
+        help=f"comma-separated arms; registered: {', '.join(task_arms(False))}; also full@X for X in (0, 1]; "
         f"'full' is needed for the target (default: {','.join(defaults)})"
         + f"; plug-ins (benchmarks/arms/): {', '.join(plugins)}",
     )
@@ -185,11 +185,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     bad = []
     for a in arms:
         try:
-            get_arm(a)
+            if get_arm(a).single_pass:
+                p.error(f"--arms: {a} is an arm of the single-pass LM task: run it with benchmarks/lm_suite.py")
         except KeyError:
             bad.append(a)
     if bad or not arms:
-        p.error(f"--arms: unknown arm(s) {bad}; choose from {', '.join(ARMS)} or full@X, X in (0, 1]")
+        p.error(f"--arms: unknown arm(s) {bad}; choose from {', '.join(task_arms(False))} or full@X, X in (0, 1]")
     if "full" not in arms:
         p.error("--arms must include full (the target accuracy is the full arm's)")
     args.arms = arms

@@ -45,7 +45,10 @@ plan (``neuron_sift.integrations.schedules.planned_steps``, an ``EpochSiftingDat
 Registering: ``register(name, fn, default=..., description=...)`` (or
 ``register(name, ...)`` as a decorator); ``default=True`` adds the arm to the suite's
 default ``--arms``, in registration order: the order of ``PLUGINS``, then of each plug-in's
-calls. A plug-in gets ``register`` as its argument and imports nothing from this package:
+calls. ``single_pass=True`` makes it an arm of the single-pass language-model task
+(``lm_suite.py``): it takes an ``LMContext`` (``core/lm_context.py``) instead, and the epoch
+tasks' suite neither lists nor accepts it (nor the other way round). A plug-in gets
+``register`` as its argument and imports nothing from this package:
 it cannot register by any other way, nor lean on another plug-in (what several share is
 in ``benchmarks/core/``). ``full@X`` for any X in (0, 1] is resolved on demand
 (``get_arm``): the full-data frontier (``frontier.py``).
@@ -65,20 +68,27 @@ class ArmSpec:
     default: bool
     description: str
     frontier: float = 0.0  # > 0: a full-data run of this fraction of the epochs
+    single_pass: bool = False  # an arm of the single-pass LM task (an LMContext), never of the epoch tasks
 
 
 ARMS: dict[str, ArmSpec] = {}
 
 
 def register(
-    name: str, fn: Callable | None = None, *, default: bool = False, description: str = "", frontier: float = 0.0
+    name: str,
+    fn: Callable | None = None,
+    *,
+    default: bool = False,
+    description: str = "",
+    frontier: float = 0.0,
+    single_pass: bool = False,
 ) -> Callable:
     """Register ``fn`` as arm ``name`` (also usable as a decorator). A name already taken is an error."""
 
     def add(f: Callable) -> Callable:
         if name in ARMS:
             raise ValueError(f"arm {name!r} is already registered")
-        ARMS[name] = ArmSpec(name, f, default, description, frontier)
+        ARMS[name] = ArmSpec(name, f, default, description, frontier, single_pass)
         return f
 
     return add(fn) if fn is not None else add
@@ -98,5 +108,11 @@ def get_arm(name: str) -> ArmSpec:
     raise KeyError(name)
 
 
-def default_arms() -> list[str]:
-    return [name for name, spec in ARMS.items() if spec.default]
+def default_arms(single_pass: bool = False) -> list[str]:
+    """The default arms of the epoch tasks (of the single-pass LM task with ``single_pass``)."""
+    return [name for name, spec in ARMS.items() if spec.default and spec.single_pass == single_pass]
+
+
+def task_arms(single_pass: bool) -> list[str]:
+    """Every registered arm of the epoch tasks, or of the single-pass LM task."""
+    return [name for name, spec in ARMS.items() if spec.single_pass == single_pass]

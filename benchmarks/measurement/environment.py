@@ -14,7 +14,9 @@ import neuron_sift
 
 
 def setup_backend(name: str) -> dict[str, Any]:
-    """``eager`` (the CPU) or ``xla`` (torch-xla; ``PJRT_DEVICE=CPU`` unless set): the device,
+    """``eager`` (the CPU), ``cuda`` / ``cuda-compiled`` (one GPU, eager or under ``torch.compile``:
+    the single-pass LM task's runner compiles) or ``xla`` (torch-xla; ``PJRT_DEVICE=CPU`` unless
+    set; ``PJRT_DEVICE=NEURON`` on Trainium): the device,
     its description, and on XLA the ``sync`` (cut the graph) and ``wait`` (for the device)
     calls the runner's clock and context use."""
     if name == "eager":
@@ -23,6 +25,18 @@ def setup_backend(name: str) -> dict[str, Any]:
             "device": torch.device("cpu"),
             "device_desc": f"cpu ({platform.processor() or platform.machine()})",
         }
+    if name in ("cuda", "cuda-compiled"):  # one GPU; wall-clock read after torch.cuda.synchronize()
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"--backend {name}: torch sees no CUDA device")
+        return {
+            "name": name,
+            "device": torch.device("cuda", 0),
+            "device_desc": f"cuda:0 ({torch.cuda.get_device_name(0)})",
+            "wait": torch.cuda.synchronize,
+            "compile": name == "cuda-compiled",  # the task's runner wraps the model in torch.compile
+        }
+    if name != "xla":
+        raise ValueError(f"unknown backend {name!r}: eager, cuda, cuda-compiled or xla")
     os.environ.setdefault("PJRT_DEVICE", "CPU")
     import torch_xla
     import torch_xla.core.xla_model as xm

@@ -89,13 +89,13 @@ def test_the_plugins_registrations_are_the_whole_registry_in_its_order():
     no arm was added any other way, none is missing, the order is the list's."""
     recorded: list[tuple] = []
 
-    def record(name, fn=None, *, default=False, description="", frontier=0.0):
-        recorded.append((name, default, description, frontier))
+    def record(name, fn=None, *, default=False, description="", frontier=0.0, single_pass=False):
+        recorded.append((name, default, description, frontier, single_pass))
         return fn if fn is not None else (lambda f: f)
 
     for plugin in PLUGINS:
         plugin.register_arms(record)
-    assert recorded == [(s.name, s.default, s.description, s.frontier) for s in ARMS.values()]
+    assert recorded == [(s.name, s.default, s.description, s.frontier, s.single_pass) for s in ARMS.values()]
 
 
 def test_the_default_arms_are_the_documented_ones_in_order():

@@ -1,0 +1,100 @@
+"""Where can per-batch sifting pay? The cost terms of its cost model, per task's model.
+
+Per-batch sifting spends a no-grad scoring forward on every sample and saves the training
+forward and the backward of the samples it drops: whether that pays depends on the ratio
+of a training step's backward (with the optimizer step) to its forward, and on the scoring
+forward's share of a step. This measures both, on the suite's tasks' models (``--task``,
+the suite's names: their data, batch size and learning rate) and on the single-pass
+language-model task's decoder (``lm``, the shape of its default run), with the same probe
+the language-model task records in every run (``core/lm_model.cost_probe``: the medians of
+5 rounds over 4 batches after an untimed round; a throwaway model, Adam).
+
+``python benchmarks/step_costs.py [--task bert,mnist1d,lm] [--clock cpu] [--threads 1]``
+prints one JSON line per task.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+# Run as a file, the checkout's root is on the path only while the package benchmarks is
+# imported (a folder of the checkout must not shadow an installed package of its name).
+_CHECKOUT = str(Path(__file__).resolve().parents[1])
+sys.path.insert(0, _CHECKOUT)
+import benchmarks  # noqa: E402,F401
+
+sys.path.remove(_CHECKOUT)
+from benchmarks.core.lm_context import LMConfig  # noqa: E402
+from benchmarks.core.lm_corpus import read_corpus  # noqa: E402
+from benchmarks.core.lm_model import ByteTransformer, cost_probe  # noqa: E402
+from benchmarks.core.tasks import TASKS, make_data, make_model, model_description  # noqa: E402
+from benchmarks.measurement.environment import versions  # noqa: E402
+from benchmarks.measurement.options import CLOCKS  # noqa: E402
+
+BATCHES = 4  # per round
+
+
+def classification_losses(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    x, y = batch
+    return F.cross_entropy(model(x), y, reduction="none")
+
+
+def task_costs(name: str, clock: str) -> dict:
+    """The probe on a suite task's model, batch size and learning rate, on its first batches."""
+    task = TASKS[name]
+    data = make_data(task, cache=None)
+    b = task.batch_size
+    batches = [(data.x_train[i * b : (i + 1) * b], data.y_train[i * b : (i + 1) * b]) for i in range(BATCHES)]
+    torch.manual_seed(0)
+    probe = cost_probe(
+        lambda: make_model(task),
+        batches,
+        torch.device("cpu"),
+        task.lr,
+        clock=CLOCKS[clock],
+        per_sample=classification_losses,
+    )
+    return {"task": name, "model": model_description(task), "batch": b, **probe}
+
+
+def lm_costs(clock: str) -> dict:
+    """The probe on the language-model task's default decoder and batch (its runs record the same)."""
+    config = LMConfig()
+    corpus = read_corpus(config.shape.context, heldout_sequences=1)
+    b = config.batch_size
+    batches = [corpus.train[i * b : (i + 1) * b] for i in range(BATCHES)]
+    torch.manual_seed(0)
+    probe = cost_probe(
+        lambda: ByteTransformer(config.shape), batches, torch.device("cpu"), config.lr, clock=CLOCKS[clock]
+    )
+    return {"task": "lm", "model": config.shape.describe(), "batch": b, **probe}
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--task", default="bert,mnist1d,lm", help=f"comma-separated: {', '.join(TASKS)} or lm")
+    p.add_argument("--clock", choices=tuple(CLOCKS), default="cpu", help="cpu (default) or wall")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as the suite)")
+    args = p.parse_args(argv)
+    names = [t for t in args.task.split(",") if t]
+    unknown = [t for t in names if t != "lm" and t not in TASKS]
+    if unknown or not names:
+        p.error(f"--task: unknown {unknown}; choose from {', '.join(TASKS)} or lm")
+    if args.threads < 1:
+        p.error("--threads must be >= 1")
+    torch.set_num_threads(args.threads)
+    out = []
+    for name in names:
+        row = lm_costs(args.clock) if name == "lm" else task_costs(name, args.clock)
+        row.update(clock=args.clock, threads=args.threads, versions=versions({}))
+        print(json.dumps(row), flush=True)
+        out.append(row)
+    return out
+
+
+if __name__ == "__main__":
+    main()
