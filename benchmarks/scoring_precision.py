@@ -1,6 +1,7 @@
 """What the cheaper scoring forwards buy (``scoring_inference_mode``, ``scoring_precision``):
-the scoring forward of the single-pass language-model task's transformer, timed side by side
-in its four variants, and how far the lower precision moves the selection.
+the scoring forward of a byte-level decoder of the single-pass language-model task's kind
+(twice its default depth, width and context), timed side by side in its four variants, and
+how far the lower precision moves the selection.
 
 Measured: one scoring call as the loader makes it (the loader's own ``scoring_mode`` over
 eval mode, no grad or inference mode, autocast or not, then the per-sequence losses), on the
