@@ -39,6 +39,17 @@ EPOCH_STREAM_FORMAT = StateFormat(
 )
 
 
+def closed_epoch(state: Any) -> dict[str, Any]:
+    """An ``ExactLengthLoader`` state (any layout ``read_state`` reads) with its open epoch
+    closed, as the uninterrupted run's next ``iter()`` closes an epoch that yielded its last
+    batch: the pass in progress continues, the epoch's count starts again. For trainers that
+    start a new epoch after a checkpoint taken at an epoch's end (the Hugging Face Trainer,
+    Lightning), where the stream would otherwise continue the saved epoch's empty rest. The
+    state is verified and written (and sealed) anew, never edited by hand."""
+    read = read_state(state)
+    return STATE_FORMAT.write({**{p: read[p] for p in STATE_FORMAT.parts}, "epoch_yielded": None})
+
+
 def read_state(state: Any) -> dict[str, Any]:
     """An ``ExactLengthLoader`` state in the current layout; a state of 0.4.0's ``EpochStream``
     is converted (the open epoch's position is kept; the count of passes, which the epoch

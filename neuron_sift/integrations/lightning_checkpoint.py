@@ -34,7 +34,7 @@ except ImportError:  # pragma: no cover - the older package name
             "neuron_sift.integrations.lightning_checkpoint needs PyTorch Lightning: pip install lightning"
         ) from exc
 
-from neuron_sift.integrations.exact_length import STATE_FORMAT, read_state
+from neuron_sift.integrations.exact_length import STATE_FORMAT, closed_epoch
 from neuron_sift.shared.checkpoints import state_kind
 
 __all__ = ["SiftingResume"]
@@ -125,7 +125,4 @@ def _closed(state: Any) -> Any:
     any other state unchanged."""
     if state_kind(state) != STATE_FORMAT.kind:
         return state
-    state = read_state(state)  # verifies the checksum before anything is rewritten
-    if state["epoch_yielded"] is None:
-        return state
-    return STATE_FORMAT.write({**{k: v for k, v in state.items() if k in STATE_FORMAT.parts}, "epoch_yielded": None})
+    return closed_epoch(state)

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from neuron_sift.integrations.exact_length import STATE_FORMAT, ExactLengthLoader, read_state
+from neuron_sift.integrations.exact_length import ExactLengthLoader, closed_epoch, read_state
 from neuron_sift.integrations.trainer_patch import original
 
 logger = logging.getLogger(__name__)
@@ -107,9 +107,7 @@ def restore_at_epoch_end(stream: ExactLengthLoader, state: Any) -> None:
             f"this state was taken {in_epoch} of {stream.steps_per_epoch} batches into a Trainer epoch, not at its "
             f"end: resume it through train(resume_from_checkpoint=...), which continues the epoch"
         )
-    # The state was verified by read_state(); the epoch it ended is closed here, and the
-    # state holding that change is written (and sealed) anew rather than edited by hand.
-    stream.load_state_dict(STATE_FORMAT.write({**{p: state[p] for p in STATE_FORMAT.parts}, "epoch_yielded": None}))
+    stream.load_state_dict(closed_epoch(state))
 
 
 def restore(trainer: Any, stream: ExactLengthLoader, state: Any) -> None:

@@ -106,3 +106,29 @@ def test_epoch_plan_is_a_deprecated_alias_of_batches_per_epoch():
     sifting = per_batch_loader()
     with pytest.warns(DeprecationWarning, match="epoch_plan is renamed batches_per_epoch"):
         assert epoch_plan(sifting, 2) == batches_per_epoch(sifting, 2)
+
+
+def test_a_state_taken_after_an_epochs_last_batch_resumes_its_empty_rest_or_closed_the_next_epoch():
+    """What a Trainer's checkpoint at an epoch's end holds: the last batch yielded, the
+    iteration not yet ended. Loaded as it is, the next ``iter()`` yields that epoch's empty
+    rest (a loop of the user's own, which still counts the epoch, goes on right); closed
+    with ``closed_epoch`` (what the Trainer and Lightning integrations load), it yields the
+    uninterrupted run's next epoch."""
+    from neuron_sift.integrations.exact_length import closed_epoch
+
+    expected = train(ExactLengthLoader(epoch_loader(), epochs=5), 5)
+    first = ExactLengthLoader(epoch_loader(), epochs=5)
+    train(first, 1)
+    it = iter(first)
+    for _ in range(len(first)):
+        x, i = next(it)
+        first.loader.weighted_loss(F.mse_loss(x, torch.zeros_like(x), reduction="none").mean(1) + i.float())
+    state = first.state_dict()
+    assert state["epoch_yielded"] == len(first)
+    as_saved = ExactLengthLoader(epoch_loader(), epochs=5)
+    as_saved.load_state_dict(state)
+    assert train(as_saved, 4) == [[], *expected[2:]]
+    closed = ExactLengthLoader(epoch_loader(), epochs=5)
+    closed.load_state_dict(closed_epoch(state))
+    assert closed_epoch(state)["epoch_yielded"] is None
+    assert train(closed, 3) == expected[2:]
