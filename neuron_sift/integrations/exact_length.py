@@ -228,5 +228,11 @@ class ExactLengthLoader:
     def counts(self) -> Any:
         return self.loader.counts
 
+    @property
+    def ranks(self) -> Any:
+        """The sifting loader's data-parallel rank and world size (a checkpoint of the stream,
+        ``PerRankLoaderState``'s for one, is kept per rank)."""
+        return self.loader.ranks
+
     def metrics(self) -> dict:
         return self.loader.metrics()

@@ -201,3 +201,24 @@ def test_another_world_size_reshards_the_epoch_loader_and_the_per_batch_loader_r
         assert len(trained) == len(set(trained)), f"epoch {n}: a sample trained twice"
         assert sorted(trained) == sorted(plans[n]), f"epoch {n}: trained != plan"
         assert len({sum(1 for e, _ in r["steps"] if e == n) for r in epoch}) == 1  # lockstep
+
+
+def test_a_wrapped_loader_resumes_exactly_through_its_wrapper(tmp_path):
+    """A loader inside ``ExactLengthLoader`` (what Lightning's and the Trainer's users train
+    from) is saved and loaded through the wrapper, mid-epoch: the rest of the run is the
+    uninterrupted run's."""
+    from neuron_sift.integrations.schedules import ExactLengthLoader
+    from tests.neuron_sift.integrations.test_exact_length import epoch_loader, train
+
+    expected = train(ExactLengthLoader(epoch_loader(), epochs=5), 5)
+    first = ExactLengthLoader(epoch_loader(), epochs=5)
+    before = train(first, 2)
+    it = iter(first)
+    for _ in range(3):  # three batches into the third epoch
+        x, i = next(it)
+        first.loader.weighted_loss(torch.nn.functional.mse_loss(x, torch.zeros_like(x), reduction="none").mean(1) + i)
+    dcp.save({"loader": PerRankLoaderState(first)}, checkpoint_id=str(tmp_path))
+    resumed = ExactLengthLoader(epoch_loader(), epochs=5)
+    dcp.load({"loader": PerRankLoaderState(resumed)}, checkpoint_id=str(tmp_path), planner=ReshardingLoadPlanner())
+    rest = train(resumed, 3)
+    assert before == expected[:2] and rest[0] == expected[2][3:] and rest[1:] == expected[3:]
