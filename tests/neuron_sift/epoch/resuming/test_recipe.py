@@ -42,8 +42,10 @@ class Watched:
     """The loader as the recipe's loop sees it: logs each trained batch (the epoch in progress,
     the ids) and each plan it first sees, and stops the job after ``stop_after`` batches."""
 
-    def __init__(self, inner: EpochSiftingDataloader, stop_after: int | None = None) -> None:
-        self.inner, self.stop_after = inner, stop_after
+    def __init__(self, inner: EpochSiftingDataloader, stop_after: int | None = None, step_sync=None) -> None:
+        # step_sync: the ranks meet after every step, as DDP's all-reduce of the next step makes
+        # them (so no thread rank saves a step while another has not yet saved an older one).
+        self.inner, self.stop_after, self.step_sync = inner, stop_after, step_sync
         self.trained: list[tuple[int, list[int]]] = []
         self.plans: dict[int, list[int]] = {}  # this rank's plan of each epoch, as first seen in this job
         self.states_from_ranks: int | None = None  # how many ranks' states a resume at another world size took
@@ -60,6 +62,8 @@ class Watched:
             plan = self.inner.plan
             self.plans.setdefault(plan.epoch, plan.order.tolist())
             yield batch
+            if self.step_sync is not None:
+                self.step_sync()
             self.trained.append((self.inner.epoch - 1, batch[0].tolist()))
             if len(self.trained) == self.stop_after:
                 raise Stopped
@@ -94,10 +98,11 @@ def job(steps: dict, ckpt_dir: str, world: int, table: str, monkeypatch, stop_af
     loop returned, or None when the job was stopped)."""
     data = dataset()
     parts = [training_parts() for _ in range(world)]  # built here: threads would share torch's seed
+    threads = ThreadWorld(world) if world > 1 else None
 
     def rank(r: int):
         model, optimizer, scheduler = parts[r]
-        watched = Watched(new_loader(data, table), stop_after)
+        watched = Watched(new_loader(data, table), stop_after, threads.barrier_wait if threads else None)
         try:
             last = steps["train_epoch_sifting"](
                 model, watched, optimizer, scheduler, per_sample_loss, ckpt_dir, EPOCHS, EVERY
@@ -106,10 +111,9 @@ def job(steps: dict, ckpt_dir: str, world: int, table: str, monkeypatch, stop_af
             last = None
         return watched, last
 
-    if world == 1:
+    if threads is None:
         return [rank(0)]
     with monkeypatch.context() as patched:
-        threads = ThreadWorld(world)
         threads.patch(patched)
         return threads.run([lambda r=r: rank(r) for r in range(world)])
 
