@@ -51,7 +51,14 @@ from benchmarks.core.lm_corpus import read_corpus  # noqa: E402
 from benchmarks.core.lm_model import LMShape  # noqa: E402
 from benchmarks.core.lm_runner import run_lm_task  # noqa: E402
 from benchmarks.measurement.environment import setup_backend, versions  # noqa: E402
-from benchmarks.measurement.options import add_clock, add_threads, default_clock, use_threads  # noqa: E402
+from benchmarks.measurement.options import (  # noqa: E402
+    add_backend,
+    add_clock,
+    add_threads,
+    check_backend,
+    default_clock,
+    use_threads,
+)
 from benchmarks.measurement.records import read_records, write_summary  # noqa: E402
 from benchmarks.report.lm_summary import format_lm_tables, summarize_lm  # noqa: E402
 
@@ -80,12 +87,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.add_argument(
             f"--{name.replace('_', '-')}", type=int, default=getattr(shape, name), help="(default %(default)s)"
         )
-    p.add_argument(
-        "--backend",
-        choices=("eager", "cuda", "cuda-compiled", "xla"),
-        default="eager",
-        help="eager CPU (default), one GPU eager or torch.compile'd, or torch-xla (PJRT_DEVICE, CPU unless set)",
-    )
+    add_backend(p)
     add_clock(
         p, help="cpu (default on the host's CPU) or wall (default on an accelerator); both recorded", default=None
     )
@@ -116,6 +118,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--arms must include lm-full (the target is its held-out loss) and --seeds at least one seed")
     if args.threads < 0:
         p.error("--threads must be >= 0")
+    check_backend(p, args)
     sizes = {k: getattr(args, k) for k in SIZES}
     shape_args = {k: getattr(args, k) for k in SHAPES}
     if args.tiny:
@@ -149,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         report([r for f in args.summarize for r in read_records(f)], args.out)
         return 0
     use_threads(args.threads)
-    backend = setup_backend(args.backend)
+    backend = setup_backend(args.backend, args.compile_backend)
     vers = versions(backend)
     clock = args.clock or default_clock([backend["device_desc"]])
     config: LMConfig = args.config

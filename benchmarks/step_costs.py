@@ -9,14 +9,17 @@ language-model task's decoder (``lm``, the shape of its default run), with the s
 the language-model task records in every run (``core/lm_model.cost_probe``: the medians of
 5 rounds over 4 batches after an untimed round; a throwaway model, Adam).
 
-``python benchmarks/step_costs.py [--task bert,mnist1d,lm] [--clock cpu] [--threads 1]``
-prints one JSON line per task.
+``python benchmarks/step_costs.py [--task bert,mnist1d,lm] [--clock cpu] [--threads 1]
+[--backend eager]`` prints one JSON line per task; on an accelerator (``--backend cuda``,
+``cuda-compiled``, ``xla``) give ``--clock wall`` (the device's work is not the host's CPU
+time; ``benchmarks/device_run.sh`` does).
 """
 
 import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -28,12 +31,13 @@ sys.path.insert(0, _CHECKOUT)
 import benchmarks  # noqa: E402,F401
 
 sys.path.remove(_CHECKOUT)
+from benchmarks.core.compiled import compile_model  # noqa: E402
 from benchmarks.core.lm_context import LMConfig  # noqa: E402
 from benchmarks.core.lm_corpus import read_corpus  # noqa: E402
 from benchmarks.core.lm_model import ByteTransformer, cost_probe  # noqa: E402
 from benchmarks.core.tasks import TASKS, make_data, make_model, model_description  # noqa: E402
-from benchmarks.measurement.environment import versions  # noqa: E402
-from benchmarks.measurement.options import CLOCKS  # noqa: E402
+from benchmarks.measurement.environment import setup_backend, versions  # noqa: E402
+from benchmarks.measurement.options import CLOCKS, add_backend, check_backend  # noqa: E402
 
 BATCHES = 4  # per round
 
@@ -43,7 +47,7 @@ def classification_losses(model: torch.nn.Module, batch: tuple[torch.Tensor, tor
     return F.cross_entropy(model(x), y, reduction="none")
 
 
-def task_costs(name: str, clock: str) -> dict:
+def task_costs(name: str, clock: str, backend: dict[str, Any]) -> dict:
     """The probe on a suite task's model, batch size and learning rate, on its first batches."""
     task = TASKS[name]
     data = make_data(task, cache=None)
@@ -51,17 +55,19 @@ def task_costs(name: str, clock: str) -> dict:
     batches = [(data.x_train[i * b : (i + 1) * b], data.y_train[i * b : (i + 1) * b]) for i in range(BATCHES)]
     torch.manual_seed(0)
     probe = cost_probe(
-        lambda: make_model(task),
+        lambda: _on(make_model(task), backend),
         batches,
-        torch.device("cpu"),
+        backend["device"],
         task.lr,
+        backend.get("wait"),
+        sync=backend.get("sync"),
         clock=CLOCKS[clock],
         per_sample=classification_losses,
     )
     return {"task": name, "model": model_description(task), "batch": b, **probe}
 
 
-def lm_costs(clock: str) -> dict:
+def lm_costs(clock: str, backend: dict[str, Any]) -> dict:
     """The probe on the language-model task's default decoder and batch (its runs record the same)."""
     config = LMConfig()
     corpus = read_corpus(config.shape.context, heldout_sequences=1)
@@ -69,9 +75,21 @@ def lm_costs(clock: str) -> dict:
     batches = [corpus.train[i * b : (i + 1) * b] for i in range(BATCHES)]
     torch.manual_seed(0)
     probe = cost_probe(
-        lambda: ByteTransformer(config.shape), batches, torch.device("cpu"), config.lr, clock=CLOCKS[clock]
+        lambda: _on(ByteTransformer(config.shape), backend),
+        batches,
+        backend["device"],
+        config.lr,
+        backend.get("wait"),
+        sync=backend.get("sync"),
+        clock=CLOCKS[clock],
     )
     return {"task": "lm", "model": config.shape.describe(), "batch": b, **probe}
+
+
+def _on(model: torch.nn.Module, backend: dict[str, Any]) -> torch.nn.Module:
+    """The model on the backend's device, compiled where it compiles (the probe's untimed
+    round compiles it)."""
+    return compile_model(model.to(backend["device"]), backend, lambda m: None)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -79,7 +97,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--task", default="bert,mnist1d,lm", help=f"comma-separated: {', '.join(TASKS)} or lm")
     p.add_argument("--clock", choices=tuple(CLOCKS), default="cpu", help="cpu (default) or wall")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as the suite)")
+    add_backend(p)
     args = p.parse_args(argv)
+    check_backend(p, args)
     names = [t for t in args.task.split(",") if t]
     unknown = [t for t in names if t != "lm" and t not in TASKS]
     if unknown or not names:
@@ -87,10 +107,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.threads < 1:
         p.error("--threads must be >= 1")
     torch.set_num_threads(args.threads)
+    backend = setup_backend(args.backend, args.compile_backend)
     out = []
     for name in names:
-        row = lm_costs(args.clock) if name == "lm" else task_costs(name, args.clock)
-        row.update(clock=args.clock, threads=args.threads, versions=versions({}))
+        row = lm_costs(args.clock, backend) if name == "lm" else task_costs(name, args.clock, backend)
+        row.update(
+            clock=args.clock,
+            threads=args.threads,
+            backend=backend["name"],
+            device=backend["device_desc"],
+            versions=versions(backend),
+        )
         print(json.dumps(row), flush=True)
         out.append(row)
     return out

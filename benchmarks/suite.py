@@ -74,7 +74,14 @@ from benchmarks.core.tasks import (  # noqa: E402
     model_description,
 )
 from benchmarks.measurement.environment import setup_backend, versions  # noqa: E402
-from benchmarks.measurement.options import add_clock, add_threads, default_clock, use_threads  # noqa: E402
+from benchmarks.measurement.options import (  # noqa: E402
+    add_backend,
+    add_clock,
+    add_threads,
+    check_backend,
+    default_clock,
+    use_threads,
+)
 from benchmarks.measurement.records import read_records, write_summary  # noqa: E402
 from benchmarks.report.plot import plot  # noqa: E402
 from benchmarks.report.summary import DETAIL, format_tables, summarize  # noqa: E402
@@ -157,12 +164,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=4,
         help="test evaluations per epoch of source data, clock paused (default 4)",
     )
-    p.add_argument(
-        "--backend",
-        choices=("eager", "xla"),
-        default="eager",
-        help="eager CPU (default) or torch-xla (PJRT_DEVICE, CPU unless set)",
-    )
+    add_backend(p)
     add_threads(p, help="torch intra-op threads (default 1: stable timings on a shared 2-core CPU; 0: torch's default)")
     p.add_argument("--tiny", action="store_true", help="seconds-long sizes (for tests)")
     p.add_argument("--out", type=Path, default=DEFAULT_RESULTS, help=f"output folder (default {DEFAULT_RESULTS})")
@@ -210,6 +212,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--sift-delay must be >= 0")
     if args.threads < 0:
         p.error("--threads must be >= 0")
+    check_backend(p, args)
     return args
 
 
@@ -256,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         report(records, args, summary_path, plot_path)
         return 0
     use_threads(args.threads)
-    backend = setup_backend(args.backend)
+    backend = setup_backend(args.backend, args.compile_backend)
     vers = versions(backend)
     if args.clock is None:  # the runs are annotated on it; report() keeps it
         args.clock = default_clock([backend["device_desc"]])

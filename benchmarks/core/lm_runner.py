@@ -12,10 +12,11 @@ import copy
 import random
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
 
+from benchmarks.core.compiled import compile_model, graphs_compiled
 from benchmarks.core.lm_context import PARTS, LMConfig, LMContext, PartTimes, keep_count, stream_loader
 from benchmarks.core.lm_corpus import Corpus, stream_order
 from benchmarks.core.lm_model import ByteTransformer, cost_probe, sequence_losses
@@ -36,10 +37,7 @@ def make_lm_context(
     model.to(device)
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
-    trained_model: torch.nn.Module = model
-    if backend.get("compile"):
-        trained_model = cast(torch.nn.Module, torch.compile(model))
-        warm_up_compiled(trained_model, config, corpus, device)
+    trained_model = compile_model(model, backend, lambda m: warm_up_compiled(m, config, corpus, device))
     bar = None
     if progress:
         from tqdm import tqdm
@@ -119,8 +117,11 @@ def run_lm_arm(
     """One arm, one seed: its training, timed, and its results (without the pairing)."""
     ctx = make_lm_context(config, corpus, seed, init_state, backend, progress)
     ctx.evaluate()  # the starting point, at 0 s
+    graphs = graphs_compiled()
     ctx.clock.resume()
     extra = arm(ctx) or {}
+    if backend.get("compile"):  # compiled while the clock ran: a shape the warm-up missed
+        extra["graphs_compiled_in_run"] = graphs_compiled() - graphs
     if ctx.steps != ctx.planned:
         raise RuntimeError(f"the arm took {ctx.steps} steps of its budget of {ctx.planned}")
     ctx.evaluate(resume=False)  # final: the clock stays stopped
@@ -139,7 +140,7 @@ def probe_costs(config: LMConfig, corpus: Corpus, backend: dict[str, Any], clock
 
     def make() -> torch.nn.Module:
         model = ByteTransformer(config.shape).to(device)
-        return cast(torch.nn.Module, torch.compile(model)) if backend.get("compile") else model
+        return compile_model(model, backend, lambda m: None)  # the probe's own untimed steps warm it
 
     return cost_probe(
         make, sample, device, config.lr, backend.get("wait"), sync=backend.get("sync"), clock=CLOCKS[clock]

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
+from benchmarks.core.compiled import compile_model, graphs_compiled
 from benchmarks.core.context import ArmContext, evaluate
 from benchmarks.core.fairness import EpochOrder
 from benchmarks.core.tasks import Data, TaskConfig, make_model
@@ -48,6 +49,7 @@ def arm_context(
     model.to(device)
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=task.lr, weight_decay=task.weight_decay)
+    trained_model = compile_model(model, backend, lambda m: warm_up_compiled(m, task, data, device))
     n = data.x_train.shape[0]
     dataset = TensorDataset(data.x_train, data.y_train, torch.arange(n))
     order = EpochOrder(n, seed)
@@ -64,7 +66,7 @@ def arm_context(
         device=device,
         epochs=task.epochs,
         beta=opts.beta,
-        model=model,
+        model=trained_model,
         optimizer=optimizer,
         dataset=dataset,
         source=source,
@@ -77,6 +79,23 @@ def arm_context(
     )
     ctx._next_eval = n / opts.evals_per_epoch
     return ctx
+
+
+def warm_up_compiled(model: torch.nn.Module, task: TaskConfig, data: Data, device: torch.device) -> None:
+    """Compiles, before the clock starts, every graph an arm calls: the training forward and
+    backward, the scoring forward without gradients in train mode (the peers' loops) and in
+    eval mode (the sifting loader's), each at the batch size and at a smaller one (the second
+    shape makes Dynamo compile the shape-generic graph a short last batch uses), and the
+    evaluation's. No optimizer steps: the weights stay the seed's initial ones."""
+    x, y = data.x_train.to(device), data.y_train.to(device)
+    for rows in dict.fromkeys((task.batch_size, task.batch_size // 2 + 1)):
+        F.cross_entropy(model(x[:rows]), y[:rows]).backward()
+        with torch.no_grad():
+            model(x[:rows])
+            model.eval()
+            model(x[:rows])
+            model.train()
+    evaluate(model, data.x_test, data.y_test, device)
 
 
 def arm_results(ctx: ArmContext, extra: dict) -> dict:
@@ -133,8 +152,11 @@ def run_arm(
     """One arm, one seed: the arm's training, timed, and its results (without the pairing)."""
     ctx = arm_context(name, task, data, seed, init_state, opts, backend)
     ctx.evaluate()  # the starting point, at 0 s
+    graphs = graphs_compiled()
     ctx.clock.resume()
     extra = arm(ctx) or {}
+    if backend.get("compile"):  # compiled while the clock ran: a shape the warm-up missed
+        extra["graphs_compiled_in_run"] = graphs_compiled() - graphs
     if len(ctx.curve) > 1 and ctx.curve[-1]["steps"] == ctx.steps:
         ctx.curve.pop()  # evaluated at the last step already: evaluated again below, at the final clock
     ctx.evaluate(resume=False)  # final: the clock stays stopped

@@ -11,32 +11,50 @@ import numpy as np
 import torch
 
 import neuron_sift
+from benchmarks.measurement.options import BACKEND_CHOICES
+
+# The backends a run can train on (``--backend``): the host's CPU eager or under torch.compile,
+# one GPU eager or under torch.compile, torch-xla (its CPU device here, Trainium's NEURON there).
+BACKENDS = BACKEND_CHOICES
 
 
-def setup_backend(name: str) -> dict[str, Any]:
-    """``eager`` (the CPU), ``cuda`` / ``cuda-compiled`` (one GPU, eager or under ``torch.compile``:
-    the single-pass LM task's runner compiles) or ``xla`` (torch-xla; ``PJRT_DEVICE=CPU`` unless
-    set; ``PJRT_DEVICE=NEURON`` on Trainium): the device,
-    its description, and on XLA the ``sync`` (cut the graph) and ``wait`` (for the device)
-    calls the runner's clock and context use."""
-    if name == "eager":
-        return {
-            "name": "eager",
+def setup_backend(name: str, compile_backend: str | None = None) -> dict[str, Any]:
+    """``eager`` / ``compiled`` (the CPU, the model under ``torch.compile`` in the latter),
+    ``cuda`` / ``cuda-compiled`` (one GPU, likewise) or ``xla`` (torch-xla; ``PJRT_DEVICE=CPU``
+    unless set; ``PJRT_DEVICE=NEURON`` on Trainium): the device, its description, on a GPU the
+    ``wait`` its clock reads after, and on XLA the ``sync`` (cut the graph) and ``wait`` calls
+    the runner's clock and context use. On the compiled backends ``compile`` is set and
+    ``compile_backend`` names torch.compile's compiler (``compile_backend``; default inductor):
+    the runners compile each arm's model (``core/compiled.py``) and the sifting step with it."""
+    compiles = name in ("compiled", "cuda-compiled")
+    if compile_backend is not None and not compiles:
+        raise ValueError(f"a compile backend ({compile_backend!r}) needs --backend compiled or cuda-compiled")
+    found: dict[str, Any]
+    if name in ("eager", "compiled"):
+        found = {
+            "name": name,
             "device": torch.device("cpu"),
             "device_desc": f"cpu ({platform.processor() or platform.machine()})",
         }
-    if name in ("cuda", "cuda-compiled"):  # one GPU; wall-clock read after torch.cuda.synchronize()
+    elif name in ("cuda", "cuda-compiled"):  # one GPU; wall-clock read after torch.cuda.synchronize()
         if not torch.cuda.is_available():
             raise RuntimeError(f"--backend {name}: torch sees no CUDA device")
-        return {
+        found = {
             "name": name,
             "device": torch.device("cuda", 0),
             "device_desc": f"cuda:0 ({torch.cuda.get_device_name(0)})",
             "wait": torch.cuda.synchronize,
-            "compile": name == "cuda-compiled",  # the task's runner wraps the model in torch.compile
         }
+    else:
+        return _xla_backend(name)
+    if compiles:
+        found.update(compile=True, compile_backend=compile_backend or "inductor")
+    return found
+
+
+def _xla_backend(name: str) -> dict[str, Any]:
     if name != "xla":
-        raise ValueError(f"unknown backend {name!r}: eager, cuda, cuda-compiled or xla")
+        raise ValueError(f"unknown backend {name!r}: one of {', '.join(BACKENDS)}")
     os.environ.setdefault("PJRT_DEVICE", "CPU")
     import torch_xla
     import torch_xla.core.xla_model as xm
@@ -85,4 +103,6 @@ def versions(backend: dict[str, Any]) -> dict[str, Any]:
     }
     if "torch_xla" in backend:
         v["torch_xla"] = backend["torch_xla"]
+    if backend.get("compile"):
+        v["compile_backend"] = backend["compile_backend"]
     return v

@@ -52,3 +52,28 @@ def use_threads(threads: int) -> None:
     """``--threads``: 0 leaves torch's default."""
     if threads:
         torch.set_num_threads(threads)
+
+
+# --backend: what a run trains on (environment.setup_backend); --compile-backend: the compiler
+# of the compiled ones. Listed here, not imported, so that reading the options needs no torch-xla.
+BACKEND_CHOICES = ("eager", "compiled", "cuda", "cuda-compiled", "xla")
+
+
+def add_backend(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--backend",
+        choices=BACKEND_CHOICES,
+        default="eager",
+        help="eager CPU (default); compiled: the CPU with the model and the sifting step under torch.compile; "
+        "cuda / cuda-compiled: one GPU, likewise; xla: torch-xla (PJRT_DEVICE, CPU unless set; NEURON on Trainium)",
+    )
+    p.add_argument(
+        "--compile-backend",
+        help="torch.compile's compiler on the compiled backends (default inductor; 'eager' traces the graphs "
+        "without generating code)",
+    )
+
+
+def check_backend(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.compile_backend is not None and args.backend not in ("compiled", "cuda-compiled"):
+        p.error("--compile-backend needs --backend compiled or cuda-compiled")

@@ -1,12 +1,11 @@
-"""The single-pass language-model task (``benchmarks/lm_suite.py``): the entry script and
-``benchmarks/device_run.sh`` at a tiny size, the SelectiveBackprop peer's rule, and the
+"""The single-pass language-model task (``benchmarks/lm_suite.py``): the entry script at a
+tiny size, the SelectiveBackprop peer's rule, and the
 corpus's split and checksum (a corpus whose held-out files leak into training, or whose
 checksum moves between reads, would make every record's loss meaningless)."""
 
 import hashlib
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -72,25 +71,6 @@ def test_a_tiny_run_pairs_every_arm_with_full_and_accounts_for_its_costs(tmp_pat
     assert lm_suite.main(["--summarize", str(tmp_path / "runs.jsonl"), "--out", str(again)]) == 0
     rows = [json.loads(line) for line in (again / "summary.jsonl").read_text().splitlines()]
     assert [r["arm"] for r in rows] == ARMS.split(",") and all(r["seeds"] == 2 for r in rows)
-
-
-@pytest.mark.slow
-def test_device_run_script_runs_the_lm_task_on_the_cpu_at_a_tiny_size(tmp_path):
-    env = {**os.environ, "DEVICE_RUN_OUT": str(tmp_path), "PYTHON": sys.executable}
-    proc = subprocess.run(
-        ["bash", str(REPO / "benchmarks" / "device_run.sh"), "--tiny"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr
-    runs = _records(tmp_path / "lm")
-    assert {s for _, s in runs} == {0, 1, 2}
-    assert {r["backend"] for r in runs.values()} == {"eager"}
-    assert "lm-selective-backprop" in {a for a, _ in runs}
-    assert "cost accounting" in proc.stdout
 
 
 def test_the_command_lines_keep_the_two_kinds_of_arm_apart():
