@@ -63,13 +63,16 @@ class TimedSource:
             yield batch
 
 
-def sift_config(ctx: LMContext, beta: float, mode: str) -> RelativeProbabilisticSiftConfig:
+def sift_config(
+    ctx: LMContext, beta: float, mode: str, scoring_precision: str = "model"
+) -> RelativeProbabilisticSiftConfig:
     return RelativeProbabilisticSiftConfig(
         beta_value=beta,
         loss_history_length=ctx.config.history,
         loss_based_sift_config=LossConfig(sift_config=SiftingBaseConfig(sift_delay=ctx.config.sift_delay)),
         selection_mode=mode,
         seed=ctx.seed,
+        scoring_precision=scoring_precision,
     )
 
 
@@ -127,13 +130,13 @@ def uniform_arm(beta: float) -> Callable[[LMContext], dict]:
     return uniform
 
 
-def sift_arm(mode: str, beta: float) -> Callable[[LMContext], dict]:
+def sift_arm(mode: str, beta: float, scoring_precision: str = "model") -> Callable[[LMContext], dict]:
     def sift(ctx: LMContext) -> dict:
         ctx.schedule()
         watch = PartTimes(ctx.parts.wait, parts=("loader", "source"))
         with watch.timed("loader"):  # its setup and planning are the loader's own work too
             loader = SiftingDataloader(
-                sift_config=sift_config(ctx, beta, mode),
+                sift_config=sift_config(ctx, beta, mode, scoring_precision),
                 orig_dataloader=TimedSource(ctx.source, watch),
                 loss_impl=SequenceLoss(ctx.parts, ctx.sync),
                 model=ctx.model,
@@ -161,18 +164,22 @@ def sift_arm(mode: str, beta: float) -> Callable[[LMContext], dict]:
         ctx.parts.add("machinery", mach["wall"], mach["cpu"])
         return {
             "beta_value": beta,
+            "scoring_precision": scoring_precision,
             "scoring_forward_samples": int(m["device_num_scored"]),
             "loader_machinery_host_s": round(m["machinery_seconds"], 4),
             "source_batches_delayed": m["num_source_batches_delayed"],
         }
 
-    sift.__doc__ = f"SiftingDataloader, selection_mode={mode!r}, beta {beta:g}."
+    sift.__doc__ = (
+        f"SiftingDataloader, selection_mode={mode!r}, beta {beta:g}, scoring precision {scoring_precision!r}."
+    )
     return sift
 
 
 def register_arms(register: Callable[..., Callable]) -> None:
     """The LM task's frontier, ``lm-uniform``, ``lm-sift-probabilistic``, ``lm-sift-fixed``
-    (beta 1) and their beta-2 twins (``-b2``), all default arms of that task."""
+    (beta 1) and their beta-2 twins (``-b2``), all default arms of that task; by name only,
+    ``lm-sift-probabilistic-bf16`` (the cheaper scoring forward)."""
     for x in FRONTIER:
         register(
             f"lm-full@{x:g}",
@@ -203,3 +210,9 @@ def register_arms(register: Callable[..., Callable]) -> None:
                 single_pass=True,
                 description=f"SiftingDataloader({mode}), beta {beta:g}: keeps about {share}",
             )
+    register(  # the cheaper scoring forward (opt-in): bfloat16 autocast where the device has it
+        "lm-sift-probabilistic-bf16",
+        sift_arm("probabilistic", 1.0, "bfloat16"),
+        single_pass=True,
+        description="SiftingDataloader(probabilistic), beta 1, scoring under bfloat16 autocast",
+    )

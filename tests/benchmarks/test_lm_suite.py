@@ -18,7 +18,7 @@ from benchmarks.arms.selective_backprop import is_active, keep_count, select, se
 from benchmarks.core.lm_corpus import HELDOUT_EVERY, corpus_files, read_corpus, stream_order
 
 REPO = Path(__file__).resolve().parents[2]
-ARMS = "lm-full,lm-full@0.4,lm-uniform,lm-sift-probabilistic,lm-sift-fixed-b2,lm-selective-backprop"
+ARMS = "lm-full,lm-full@0.4,lm-uniform,lm-sift-probabilistic,lm-sift-fixed-b2,lm-selective-backprop,lm-sift-probabilistic-bf16"
 
 
 def _records(out: Path) -> dict[tuple[str, int], dict]:
@@ -54,12 +54,14 @@ def test_a_tiny_run_pairs_every_arm_with_full_and_accounts_for_its_costs(tmp_pat
     # The same steps for every arm but the frontier run; an arm that drops samples reads further.
     assert full["results"]["backward_samples"] == full["results"]["source_samples_read"] == steps * batch
     assert runs[("lm-full@0.4", 0)]["results"]["steps"] == math.ceil(0.4 * steps)
-    for arm in ("lm-uniform", "lm-sift-probabilistic", "lm-sift-fixed-b2"):
+    for arm in ("lm-uniform", "lm-sift-probabilistic", "lm-sift-fixed-b2", "lm-sift-probabilistic-bf16"):
         res = runs[(arm, 0)]["results"]
         assert res["steps"] == steps and res["backward_samples"] == steps * batch
         assert res["source_samples_read"] > steps * batch
     assert runs[("lm-sift-fixed-b2", 0)]["results"]["scoring_forward_samples"] > 0
     assert runs[("lm-uniform", 0)]["results"]["scoring_forward_samples"] == 0
+    assert runs[("lm-sift-probabilistic", 0)]["results"]["scoring_precision"] == "model"
+    assert runs[("lm-sift-probabilistic-bf16", 0)]["results"]["scoring_precision"] == "bfloat16"
     sb = runs[("lm-selective-backprop", 0)]["results"]
     assert sb["source_samples_read"] == steps * batch and 0 < steps * batch - sb["backward_samples"] < steps * batch
     assert sb["sb_selected_steps"] > 0 and sb["scoring_forward_samples"] == sb["sb_selected_steps"] * batch
