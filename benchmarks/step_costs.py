@@ -18,6 +18,7 @@ time; ``benchmarks/device_run.sh`` does).
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,17 +54,7 @@ def task_costs(name: str, clock: str, backend: dict[str, Any]) -> dict:
     data = make_data(task, cache=None)
     b = task.batch_size
     batches = [(data.x_train[i * b : (i + 1) * b], data.y_train[i * b : (i + 1) * b]) for i in range(BATCHES)]
-    torch.manual_seed(0)
-    probe = cost_probe(
-        lambda: _on(make_model(task), backend),
-        batches,
-        backend["device"],
-        task.lr,
-        backend.get("wait"),
-        sync=backend.get("sync"),
-        clock=CLOCKS[clock],
-        per_sample=classification_losses,
-    )
+    probe = _probe(lambda: make_model(task), batches, task.lr, clock, backend, per_sample=classification_losses)
     return {"task": name, "model": model_description(task), "batch": b, **probe}
 
 
@@ -73,23 +64,26 @@ def lm_costs(clock: str, backend: dict[str, Any]) -> dict:
     corpus = read_corpus(config.shape.context, heldout_sequences=1)
     b = config.batch_size
     batches = [corpus.train[i * b : (i + 1) * b] for i in range(BATCHES)]
-    torch.manual_seed(0)
-    probe = cost_probe(
-        lambda: _on(ByteTransformer(config.shape), backend),
-        batches,
-        backend["device"],
-        config.lr,
-        backend.get("wait"),
-        sync=backend.get("sync"),
-        clock=CLOCKS[clock],
-    )
+    probe = _probe(lambda: ByteTransformer(config.shape), batches, config.lr, clock, backend)
     return {"task": "lm", "model": config.shape.describe(), "batch": b, **probe}
 
 
-def _on(model: torch.nn.Module, backend: dict[str, Any]) -> torch.nn.Module:
-    """The model on the backend's device, compiled where it compiles (the probe's untimed
-    round compiles it)."""
-    return compile_model(model.to(backend["device"]), backend, lambda m: None)
+def _probe(
+    make: Callable[[], torch.nn.Module], batches: list, lr: float, clock: str, backend: dict[str, Any], **kw: Any
+) -> dict:
+    """``cost_probe`` on the backend's device, the model compiled where the backend compiles
+    (the probe's untimed round compiles it)."""
+    torch.manual_seed(0)
+    return cost_probe(
+        lambda: compile_model(make().to(backend["device"]), backend, lambda m: None),
+        batches,
+        backend["device"],
+        lr,
+        backend.get("wait"),
+        sync=backend.get("sync"),
+        clock=CLOCKS[clock],
+        **kw,
+    )
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
