@@ -52,6 +52,26 @@ def test_an_arms_model_is_compiled_and_warmed_before_its_clock_with_its_weights_
     assert not isinstance(eager.model, torch._dynamo.eval_frame.OptimizedModule)
 
 
+def test_a_language_model_arms_model_is_compiled_and_warmed_before_its_clock():
+    from benchmarks.core.lm_context import LMConfig
+    from benchmarks.core.lm_corpus import read_corpus
+    from benchmarks.core.lm_model import ByteTransformer, LMShape
+    from benchmarks.core.lm_runner import make_lm_context
+    from benchmarks.lm_suite import TINY, TINY_SHAPE
+
+    config = LMConfig(shape=LMShape(**TINY_SHAPE), **TINY)
+    corpus = read_corpus(config.shape.context, heldout_sequences=config.heldout_sequences)
+    torch.manual_seed(0)
+    init = {k: v.clone() for k, v in ByteTransformer(config.shape).state_dict().items()}
+    before = graphs_compiled()
+    ctx = make_lm_context(config, corpus, 0, init, setup_backend("compiled", "eager"), progress=False)
+    assert isinstance(ctx.model, torch._dynamo.eval_frame.OptimizedModule)
+    assert graphs_compiled() > before and ctx.clock.total == 0
+    state = ctx.model._orig_mod.state_dict()
+    assert all(torch.equal(state[k], init[k]) for k in init)
+    assert all(p.grad is None for p in ctx.model.parameters())
+
+
 def _suite(out: Path, *backend: str) -> dict[str, dict]:
     arm_names = "full,sift-probabilistic,epoch,infobatch"
     proc = subprocess.run(
