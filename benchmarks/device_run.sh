@@ -4,8 +4,8 @@
 # clock, read after the device is synchronised; every record names the device):
 #   1. the single-pass language-model task (benchmarks/lm_suite.py), results in OUT/lm;
 #   2. the multi-epoch fine-tune, the suite's bert task with the epoch-level arms and the
-#      peers (benchmarks/suite.py --task bert), after its step costs on the device
-#      (benchmarks/step_costs.py: backward-to-forward, the scoring forward's share), in OUT/bert.
+#      peers (benchmarks/suite.py --task bert; its step costs on the device, backward to
+#      forward and the scoring forward's share, in every record), in OUT/bert.
 #
 #   bash benchmarks/device_run.sh             # one CUDA GPU, eager
 #   BACKEND=cuda-compiled bash benchmarks/device_run.sh   # the models under torch.compile
@@ -81,9 +81,6 @@ if [[ " $tasks " == *" bert "* ]]; then
         echo "device_run: ${left} s left of ${limit} s: the fine-tune does not run" >&2
         status=124
     else
-        mkdir -p "$out/bert"
-        "$PYTHON" "$root/benchmarks/step_costs.py" --task bert --backend "$backend" "${clock[@]}" \
-            | tee "$out/bert/step_costs.jsonl" || status=$?
         within "$((limit - ($(date +%s) - start)))" \
             "\"$PYTHON\" \"$root/benchmarks/suite.py\" --summarize \"$out/bert/runs.jsonl\" --out \"$out/bert\"" \
             "$PYTHON" "$root/benchmarks/suite.py" --task bert --backend "$backend" --seeds 0,1,2 "${bert_sizes[@]}" \

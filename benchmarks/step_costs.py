@@ -18,12 +18,10 @@ time; ``benchmarks/device_run.sh`` does).
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 # Run as a file, the checkout's root is on the path only while the package benchmarks is
 # imported (a folder of the checkout must not shadow an installed package of its name).
@@ -32,30 +30,21 @@ sys.path.insert(0, _CHECKOUT)
 import benchmarks  # noqa: E402,F401
 
 sys.path.remove(_CHECKOUT)
-from benchmarks.core.compiled import compile_model  # noqa: E402
 from benchmarks.core.lm_context import LMConfig  # noqa: E402
 from benchmarks.core.lm_corpus import read_corpus  # noqa: E402
-from benchmarks.core.lm_model import ByteTransformer, cost_probe  # noqa: E402
-from benchmarks.core.tasks import TASKS, make_data, make_model, model_description  # noqa: E402
+from benchmarks.core.lm_model import ByteTransformer  # noqa: E402
+from benchmarks.core.task_costs import BATCHES, probe_on_backend, task_cost_probe  # noqa: E402
+from benchmarks.core.tasks import TASKS, make_data, model_description  # noqa: E402
 from benchmarks.measurement.environment import setup_backend, versions  # noqa: E402
 from benchmarks.measurement.options import CLOCKS, add_backend, check_backend  # noqa: E402
-
-BATCHES = 4  # per round
-
-
-def classification_losses(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    x, y = batch
-    return F.cross_entropy(model(x), y, reduction="none")
 
 
 def task_costs(name: str, clock: str, backend: dict[str, Any]) -> dict:
     """The probe on a suite task's model, batch size and learning rate, on its first batches."""
     task = TASKS[name]
-    data = make_data(task, cache=None)
-    b = task.batch_size
-    batches = [(data.x_train[i * b : (i + 1) * b], data.y_train[i * b : (i + 1) * b]) for i in range(BATCHES)]
-    probe = _probe(lambda: make_model(task), batches, task.lr, clock, backend, per_sample=classification_losses)
-    return {"task": name, "model": model_description(task), "batch": b, **probe}
+    probe = task_cost_probe(task, make_data(task, cache=None), backend, clock)
+    probe.pop("clock")
+    return {"task": name, "model": model_description(task), "batch": task.batch_size, **probe}
 
 
 def lm_costs(clock: str, backend: dict[str, Any]) -> dict:
@@ -64,26 +53,8 @@ def lm_costs(clock: str, backend: dict[str, Any]) -> dict:
     corpus = read_corpus(config.shape.context, heldout_sequences=1)
     b = config.batch_size
     batches = [corpus.train[i * b : (i + 1) * b] for i in range(BATCHES)]
-    probe = _probe(lambda: ByteTransformer(config.shape), batches, config.lr, clock, backend)
+    probe = probe_on_backend(lambda: ByteTransformer(config.shape), batches, config.lr, backend, clock)
     return {"task": "lm", "model": config.shape.describe(), "batch": b, **probe}
-
-
-def _probe(
-    make: Callable[[], torch.nn.Module], batches: list, lr: float, clock: str, backend: dict[str, Any], **kw: Any
-) -> dict:
-    """``cost_probe`` on the backend's device, the model compiled where the backend compiles
-    (the probe's untimed round compiles it)."""
-    torch.manual_seed(0)
-    return cost_probe(
-        lambda: compile_model(make().to(backend["device"]), backend, lambda m: None),
-        batches,
-        backend["device"],
-        lr,
-        backend.get("wait"),
-        sync=backend.get("sync"),
-        clock=CLOCKS[clock],
-        **kw,
-    )
 
 
 def main(argv: list[str] | None = None) -> list[dict]:

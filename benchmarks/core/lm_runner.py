@@ -19,9 +19,9 @@ import torch
 from benchmarks.core.compiled import compile_model, graphs_compiled
 from benchmarks.core.lm_context import PARTS, LMConfig, LMContext, PartTimes, keep_count, stream_loader
 from benchmarks.core.lm_corpus import Corpus, stream_order
-from benchmarks.core.lm_model import ByteTransformer, cost_probe, sequence_losses
+from benchmarks.core.lm_model import ByteTransformer, sequence_losses
+from benchmarks.core.task_costs import probe_on_backend
 from benchmarks.measurement.clock import Clock
-from benchmarks.measurement.options import CLOCKS
 from benchmarks.measurement.records import append_record, run_record
 from benchmarks.report.lm_summary import annotate_lm_seed
 
@@ -135,16 +135,7 @@ def probe_costs(config: LMConfig, corpus: Corpus, backend: dict[str, Any], clock
     the run's ``clock``."""
     b = config.batch_size
     sample = [corpus.train[i * b : (i + 1) * b] for i in range(batches)]
-    torch.manual_seed(12345)
-    device = backend["device"]
-
-    def make() -> torch.nn.Module:
-        model = ByteTransformer(config.shape).to(device)
-        return compile_model(model, backend, lambda m: None)  # the probe's own untimed steps warm it
-
-    return cost_probe(
-        make, sample, device, config.lr, backend.get("wait"), sync=backend.get("sync"), clock=CLOCKS[clock]
-    )
+    return probe_on_backend(lambda: ByteTransformer(config.shape), sample, config.lr, backend, clock)
 
 
 def run_lm_task(

@@ -31,6 +31,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from benchmarks.core.compiled import compile_model, graphs_compiled
 from benchmarks.core.context import ArmContext, evaluate
 from benchmarks.core.fairness import EpochOrder
+from benchmarks.core.task_costs import task_cost_probe
 from benchmarks.core.tasks import Data, TaskConfig, make_model
 from benchmarks.measurement.clock import Clock, XlaCounters
 from benchmarks.measurement.records import append_record, run_record
@@ -194,6 +195,14 @@ def run_task(
     a seeded random order), paired by seed, the times on ``opts.clock``; appends runs.jsonl."""
     records = []
     warm_up(task, data, backend["device"])
+    probe = task_cost_probe(task, data, backend, opts.clock)
+    print(
+        f"  step costs ({backend['device_desc']}): backward+optimizer / forward {probe['backward_to_forward']:.2f}, "
+        f"scoring forward / training step {probe['scoring_share_of_step']:.2f}, "
+        f"training step {1000 * probe['train_step_s']:.1f} ms ({opts.clock} clock)",
+        flush=True,
+    )
+    config = {**config, "cost_probe": probe}
     for seed in opts.seeds:
         torch.manual_seed(seed)
         init_state = copy.deepcopy(make_model(task).state_dict())
@@ -208,7 +217,7 @@ def run_task(
                 f"cpu {r['cpu_s']:.1f} s  steps {r['steps']}/{r['planned_steps']}  kept {r['kept_share']:.3f}",
                 flush=True,
             )
-        annotate_seed(results, opts.target_drop, opts.clock)  # target, time to target, the paired numbers
+        annotate_seed(results, opts.target_drop, opts.clock, probe)  # target, time to target, the paired numbers
         for arm in arms:
             line = run_record(task.name, arm, seed, backend, vers, config, results[arm])
             records.append(line)

@@ -29,6 +29,14 @@ runs (``full`` and every ``full@X``) of the same seed:
   its steps); it ignores the per-batch modes' scoring forwards, so for those arms the
   time is the measure.
 
+* ``predicted_speedup``: the speedup over ``full`` that the per-batch cost model predicts
+  from the run's sample counts and the task's measured step costs (``predicted_speedup``;
+  the probe in every record's ``config["cost_probe"]``): a trained sample costs one, a
+  scored one the scoring forward's share of a step, and each run spends a share of its
+  samples up to the target proportional to its steps there. Where it exceeds the measured
+  speedup, the arm's time went to what the model leaves out: its selection, planning and
+  data path (for the epoch-level arms, which score nothing, it equals the speedup in steps).
+
 An arm that never reaches the target has no speedup for that seed (``None``); the summary
 counts the seeds that reached it and takes medians over those only.
 
@@ -38,7 +46,7 @@ iso-time gain and ``time_to_target_s``), ``seeds``, ``reached`` (seeds that reac
 target), ``commit``, and for each metric
 ``M`` of ``speedup_vs_full``, ``speedup_vs_frontier`` (over the seeds that reached the
 target), ``iso_time_gain``, ``final_acc_delta`` (points), ``final_acc`` (%),
-``speedup_steps_vs_full``, ``time_to_target_s``, ``total_wall_s``, ``total_cpu_s``, ``bwd_samples``, ``fwd_samples``, ``kept_share``,
+``speedup_steps_vs_full``, ``predicted_speedup``, ``time_to_target_s``, ``total_wall_s``, ``total_cpu_s``, ``bwd_samples``, ``fwd_samples``, ``kept_share``,
 ``target_acc`` (%): ``M`` the median over seeds, ``M_min`` and ``M_max``; ``null`` where
 undefined (no seed reached the target). ``iso_time_clamped``: seeds whose iso-time value
 was clamped. ``mislabeled_share`` (and its range) on ``mnist1d-noisy``.
@@ -130,9 +138,26 @@ def paired(arm: dict, full: dict, frontier: Sequence[dict], key: str = "wall_s")
     }
 
 
-def annotate_seed(results: dict[str, dict], target_drop: float, clock: str = "wall") -> None:
+def predicted_speedup(arm: dict, full: dict, probe: dict | None) -> float | None:
+    """``full``'s predicted cost to the target / the arm's (see the module docstring); None
+    without a probe (records older than it) or where either did not reach the target."""
+    if probe is None:
+        return None
+
+    def cost_to_target(r: dict) -> float | None:
+        steps_to = r.get("steps_to_target")
+        if steps_to is None or not r.get("steps"):
+            return None
+        per_run = r["backward_samples"] + probe["scoring_share_of_step"] * r["scoring_forward_samples"]
+        return per_run * steps_to / r["steps"]
+
+    return _ratio(cost_to_target(full), cost_to_target(arm))
+
+
+def annotate_seed(results: dict[str, dict], target_drop: float, clock: str = "wall", probe: dict | None = None) -> None:
     """Adds target, time to target (on ``clock``) and the paired numbers to every arm's
-    results of one seed (``results``: arm -> result dict, with its curve)."""
+    results of one seed (``results``: arm -> result dict, with its curve; ``probe``: the
+    task run's step costs, for the predicted speedup)."""
     key = time_key(clock)
     full = results["full"]
     target = full["final_test_acc"] - target_drop / 100.0
@@ -146,6 +171,7 @@ def annotate_seed(results: dict[str, dict], target_drop: float, clock: str = "wa
     frontier = [r for arm, r in results.items() if is_frontier(arm)]
     for r in results.values():
         r["paired"] = paired(r, full, frontier, key)
+        r["paired"]["predicted_speedup"] = predicted_speedup(r, full, probe)
 
 
 def reannotate(records: list[dict], clock: str) -> None:
@@ -157,8 +183,9 @@ def reannotate(records: list[dict], clock: str) -> None:
     for (task, backend, seed), runs in groups.items():
         if "full" not in runs:
             raise ValueError(f"{task} ({backend}) seed {seed}: no full run to pair with")
-        drop = runs["full"].get("config", {}).get("target_drop_points", 0.5)
-        annotate_seed({arm: r["results"] for arm, r in runs.items()}, drop, clock)
+        config = runs["full"].get("config", {})
+        drop = config.get("target_drop_points", 0.5)
+        annotate_seed({arm: r["results"] for arm, r in runs.items()}, drop, clock, config.get("cost_probe"))
 
 
 def stat(values: Sequence[float | None]) -> tuple[float | None, float | None, float | None]:
@@ -206,6 +233,7 @@ def summarize(records: list[dict], clock: str | None = None) -> list[dict]:
         _metric(row, "speedup_vs_full", [x["speedup_vs_full"] for x in p], 3)
         _metric(row, "speedup_vs_frontier", [x["speedup_vs_frontier"] for x in p], 3)
         _metric(row, "speedup_steps_vs_full", [x.get("speedup_steps_vs_full") for x in p], 3)
+        _metric(row, "predicted_speedup", [x.get("predicted_speedup") for x in p], 3)
         _metric(row, "iso_time_gain", [x["iso_time_gain"] for x in p], 3)
         row["iso_time_clamped"] = sum(x["iso_time_clamped"] is not None for x in p)
         _metric(row, "final_acc", [100.0 * x["final_test_acc"] for x in res], 3)
@@ -257,6 +285,7 @@ HEADLINE = [
 ]
 DETAIL = [
     ("speedup_steps_vs_full", "speedup in steps vs full", ".2f"),
+    ("predicted_speedup", "predicted speedup", ".2f"),
     ("time_to_target_s", "time to target s", "s"),
     ("total_other", "total time s, other clock", "s"),  # the other one
     ("fwd_samples", "fwd samples", ".0f"),

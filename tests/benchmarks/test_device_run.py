@@ -41,8 +41,9 @@ def test_device_run_runs_the_language_model_and_the_fine_tune_with_their_tables(
     assert {r["task"] for r in bert} == {"bert"} and {r["seed"] for r in bert} == {0, 1, 2}
     assert {"full", "epoch", "sift-probabilistic", "infobatch"} <= {r["arm"] for r in bert}
     assert all(r["device"].startswith("cpu") for r in lm + bert)  # every record names its device
-    (costs,) = _records(tmp_path / "bert" / "step_costs.jsonl")
-    assert costs["task"] == "bert" and costs["backward_to_forward"] > 0 and 0 < costs["scoring_share_of_step"] < 1
+    for r in bert:  # the fine-tune's step costs on the device, in every record
+        costs = r["config"]["cost_probe"]
+        assert costs["backward_to_forward"] > 0 and 0 < costs["scoring_share_of_step"] < 1
     assert "cost accounting" in proc.stdout  # the language model's table
     assert "bert (eager), 3 seed(s)" in proc.stdout  # the suite's tables for the fine-tune
     assert (tmp_path / "bert" / "summary.jsonl").exists()

@@ -117,6 +117,47 @@ def test_speedup_in_steps_counts_the_steps_to_the_target_whatever_the_clock_says
     assert "speedup in steps vs full" in report.format_tables(rows, markdown=True, columns=report.DETAIL)
 
 
+def test_the_predicted_speedup_is_the_cost_models_from_the_sample_counts_by_hand():
+    """A trained sample costs 1, a scored one the probe's scoring share (0.3 here); each run
+    spends its samples up to the target in proportion to its steps there."""
+
+    def counted(steps, to_target, backward, scoring):
+        curve = [
+            {"wall_s": 0.0, "steps": 0, "test_acc": 0.1},
+            {"wall_s": float(to_target), "steps": to_target, "test_acc": 0.96},
+            {"wall_s": float(steps), "steps": steps, "test_acc": 0.96},
+        ]
+        return {
+            "curve": curve,
+            "wall_s": float(steps),
+            "cpu_s": float(steps),
+            "final_test_acc": 0.96,
+            "steps": steps,
+            "backward_samples": backward,
+            "scoring_forward_samples": scoring,
+            "forward_samples": backward + scoring,
+            "kept_share": 1.0,
+        }
+
+    probe = {"scoring_share_of_step": 0.3}
+    results = {
+        "full": counted(300, 200, 3000, 0),  # 3000 * 200 / 300 = 2000 to the target
+        "per-batch": counted(300, 100, 3000, 6000),  # (3000 + 0.3 * 6000) * 100 / 300 = 1600
+        "epoch-level": counted(180, 120, 1800, 0),  # 1800 * 120 / 180 = 1200: its speedup in steps
+    }
+    report.annotate_seed(results, target_drop=0.5, probe=probe)
+    predicted = {arm: r["paired"]["predicted_speedup"] for arm, r in results.items()}
+    assert predicted == pytest.approx({"full": 1.0, "per-batch": 1.25, "epoch-level": 2000 / 1200})
+    assert predicted["epoch-level"] == pytest.approx(results["epoch-level"]["paired"]["speedup_steps_vs_full"])
+    report.annotate_seed(results, target_drop=0.5)  # records without a probe predict nothing
+    assert all(r["paired"]["predicted_speedup"] is None for r in results.values())
+    # the summary reads the probe from the records' config
+    records = [{**_record(arm, 0, res), "config": {"cost_probe": probe}} for arm, res in results.items()]
+    rows = report.summarize(records, clock="wall")
+    assert {r["arm"]: r["predicted_speedup"] for r in rows} == {"full": 1.0, "per-batch": 1.25, "epoch-level": 1.667}
+    assert "predicted speedup" in report.format_tables(rows, columns=report.DETAIL)
+
+
 def _record(arm, seed, res, commit="abc"):
     return {"task": "t", "backend": "eager", "arm": arm, "seed": seed, "versions": {"commit": commit}, "results": res}
 

@@ -304,6 +304,9 @@ def _check_records(records, task, seeds, backend):
         assert r["task"] == task and r["backend"] == backend
         assert r["versions"]["torch"] and r["versions"]["neuron_sift"] and r["device"]
         assert r["config"]["seeds"] == seeds and r["config"]["epochs"] >= 1
+        probe = r["config"]["cost_probe"]  # the task's step costs on the run's device, in every record
+        assert probe == records[0]["config"]["cost_probe"] and 0 < probe["scoring_share_of_step"]
+        assert probe["backward_to_forward"] > 0 and probe["clock"] == r["results"]["clock"]
     cfg = records[0]["config"]
     n, epochs = cfg["n_train"], cfg["epochs"]
     for seed in seeds:
@@ -328,6 +331,8 @@ def _check_records(records, task, seeds, backend):
             if res["time_to_target_s"] is not None:
                 assert res["time_to_target_s"] <= res[{"wall": "wall_s", "cpu": "cpu_s"}[res["clock"]]] + 1e-9
             assert res["steps"] <= res["planned_steps"] + 4
+            if res["time_to_target_s"] is not None and full["time_to_target_s"] is not None:
+                assert res["paired"]["predicted_speedup"] > 0
             assert res["lr_at_end"] < 1e-3 * cfg["lr"] or arm == "sift-probabilistic"  # decayed to its own end
             p = res["paired"]
             assert p["final_acc_delta"] == pytest.approx(100 * (res["final_test_acc"] - full["final_test_acc"]))
