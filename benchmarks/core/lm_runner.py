@@ -20,7 +20,7 @@ from benchmarks.core.compiled import compile_model, graphs_compiled
 from benchmarks.core.lm_context import PARTS, LMConfig, LMContext, PartTimes, keep_count, stream_loader
 from benchmarks.core.lm_corpus import Corpus, stream_order
 from benchmarks.core.lm_model import ByteTransformer, sequence_losses
-from benchmarks.core.task_costs import probe_on_backend
+from benchmarks.core.task_costs import describe_probe, probe_on_backend
 from benchmarks.measurement.clock import Clock
 from benchmarks.measurement.records import append_record, run_record
 from benchmarks.report.lm_summary import annotate_lm_seed
@@ -152,14 +152,8 @@ def run_lm_task(
 ) -> list[dict]:
     """Every seed, every arm (in a seeded random order), paired by seed on ``clock``;
     appends one record per run to ``json_path``."""
-    probe = probe_costs(config, corpus, backend, clock)
-    print(
-        f"  step costs ({backend['device_desc']}): backward+optimizer / forward {probe['backward_to_forward']:.2f}, "
-        f"scoring forward / training step {probe['scoring_share_of_step']:.2f}, "
-        f"training step {1000 * probe['train_step_s']:.1f} ms ({clock} clock)",
-        flush=True,
-    )
-    probe["clock"] = clock
+    probe = {**probe_costs(config, corpus, backend, clock), "clock": clock}
+    print(describe_probe(probe, backend["device_desc"]), flush=True)
     run_config = {**run_config, "cost_probe": probe}
     records = []
     for seed in seeds:

@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from benchmarks.core.compiled import compile_model, graphs_compiled
 from benchmarks.core.context import ArmContext, evaluate
 from benchmarks.core.fairness import EpochOrder
-from benchmarks.core.task_costs import task_cost_probe
+from benchmarks.core.task_costs import describe_probe, task_cost_probe
 from benchmarks.core.tasks import Data, TaskConfig, make_model
 from benchmarks.measurement.clock import Clock, XlaCounters
 from benchmarks.measurement.records import append_record, run_record
@@ -196,12 +196,7 @@ def run_task(
     records = []
     warm_up(task, data, backend["device"])
     probe = task_cost_probe(task, data, backend, opts.clock)
-    print(
-        f"  step costs ({backend['device_desc']}): backward+optimizer / forward {probe['backward_to_forward']:.2f}, "
-        f"scoring forward / training step {probe['scoring_share_of_step']:.2f}, "
-        f"training step {1000 * probe['train_step_s']:.1f} ms ({opts.clock} clock)",
-        flush=True,
-    )
+    print(describe_probe(probe, backend["device_desc"]), flush=True)
     config = {**config, "cost_probe": probe}
     for seed in opts.seeds:
         torch.manual_seed(seed)

@@ -51,3 +51,12 @@ def task_cost_probe(task: TaskConfig, data: Data, backend: dict[str, Any], clock
         lambda: make_model(task), batches, task.lr, backend, clock, per_sample=classification_losses
     )
     return {**probe, "clock": clock}
+
+
+def describe_probe(probe: dict, device: str) -> str:
+    """The line a task run prints before its first arm."""
+    return (
+        f"  step costs ({device}): backward+optimizer / forward {probe['backward_to_forward']:.2f}, "
+        f"scoring forward / training step {probe['scoring_share_of_step']:.2f}, "
+        f"training step {1000 * probe['train_step_s']:.1f} ms ({probe['clock']} clock)"
+    )
