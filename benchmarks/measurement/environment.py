@@ -25,7 +25,7 @@ def setup_backend(name: str, compile_backend: str | None = None) -> dict[str, An
     ``wait`` its clock reads after, and on XLA the ``sync`` (cut the graph) and ``wait`` calls
     the runner's clock and context use. On the compiled backends ``compile`` is set and
     ``compile_backend`` names torch.compile's compiler (``compile_backend``; default inductor):
-    the runners compile each arm's model (``core/compiled.py``) and the sifting step with it."""
+    the runners compile each arm's model with it (``core/compiled.py``)."""
     compiles = name in ("compiled", "cuda-compiled")
     if compile_backend is not None and not compiles:
         raise ValueError(f"a compile backend ({compile_backend!r}) needs --backend compiled or cuda-compiled")

@@ -64,7 +64,7 @@ def add_backend(p: argparse.ArgumentParser) -> None:
         "--backend",
         choices=BACKEND_CHOICES,
         default="eager",
-        help="eager CPU (default); compiled: the CPU with the model and the sifting step under torch.compile; "
+        help="eager CPU (default); compiled: the CPU with each arm's model under torch.compile; "
         "cuda / cuda-compiled: one GPU, likewise; xla: torch-xla (PJRT_DEVICE, CPU unless set; NEURON on Trainium)",
     )
     p.add_argument(
