@@ -34,3 +34,13 @@ def graphs_compiled() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
+
+
+def count_compiles(backend: dict[str, Any], run: Callable[[], dict | None]) -> dict:
+    """``run()``'s result (an arm's own keys), with ``graphs_compiled_in_run`` on a compiled
+    backend: the graphs compiled while it ran, which a complete warm-up keeps at 0."""
+    before = graphs_compiled()
+    extra = run() or {}
+    if backend.get("compile"):
+        extra["graphs_compiled_in_run"] = graphs_compiled() - before
+    return extra

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.core.compiled import compile_model, graphs_compiled
+from benchmarks.core.compiled import compile_model, count_compiles
 from benchmarks.core.lm_context import PARTS, LMConfig, LMContext, PartTimes, keep_count, stream_loader
 from benchmarks.core.lm_corpus import Corpus, stream_order
 from benchmarks.core.lm_model import ByteTransformer, sequence_losses
@@ -117,11 +117,10 @@ def run_lm_arm(
     """One arm, one seed: its training, timed, and its results (without the pairing)."""
     ctx = make_lm_context(config, corpus, seed, init_state, backend, progress)
     ctx.evaluate()  # the starting point, at 0 s
-    graphs = graphs_compiled()
     ctx.clock.resume()
-    extra = arm(ctx) or {}
-    if backend.get("compile"):  # compiled while the clock ran: a shape the warm-up missed
-        extra["graphs_compiled_in_run"] = graphs_compiled() - graphs
+    extra = count_compiles(
+        backend, lambda: arm(ctx)
+    )  # a graph compiled while the clock ran: a shape the warm-up missed
     if ctx.steps != ctx.planned:
         raise RuntimeError(f"the arm took {ctx.steps} steps of its budget of {ctx.planned}")
     ctx.evaluate(resume=False)  # final: the clock stays stopped

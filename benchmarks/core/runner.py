@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from benchmarks.core.compiled import compile_model, graphs_compiled
+from benchmarks.core.compiled import compile_model, count_compiles
 from benchmarks.core.context import ArmContext, evaluate
 from benchmarks.core.fairness import EpochOrder
 from benchmarks.core.task_costs import describe_probe, task_cost_probe
@@ -85,16 +85,20 @@ def arm_context(
 def warm_up_compiled(model: torch.nn.Module, task: TaskConfig, data: Data, device: torch.device) -> None:
     """Compiles, before the clock starts, every graph an arm calls: the training forward and
     backward, the scoring forward without gradients in train mode (the peers' loops) and in
-    eval mode (the sifting loader's), each at the batch size and at a smaller one (the second
-    shape makes Dynamo compile the shape-generic graph a short last batch uses), and the
-    evaluation's. No optimizer steps: the weights stay the seed's initial ones."""
-    x, y = data.x_train.to(device), data.y_train.to(device)
+    eval mode (the sifting loader's), each at the batch size and at a smaller one marked
+    dynamic (Dynamo then compiles the batch-size-generic graph every short last batch and
+    the evaluation's chunks use; without the mark it compiles that size alone, and each
+    short batch later recompiles while the clock runs). No optimizer steps: the weights stay
+    the seed's initial ones."""
     for rows in dict.fromkeys((task.batch_size, task.batch_size // 2 + 1)):
-        F.cross_entropy(model(x[:rows]), y[:rows]).backward()
+        x, y = data.x_train[:rows].to(device), data.y_train[:rows].to(device)
+        if rows != task.batch_size:
+            torch._dynamo.mark_dynamic(x, 0)
+        F.cross_entropy(model(x), y).backward()
         with torch.no_grad():
-            model(x[:rows])
+            model(x)
             model.eval()
-            model(x[:rows])
+            model(x)
             model.train()
     evaluate(model, data.x_test, data.y_test, device)
 
@@ -153,11 +157,10 @@ def run_arm(
     """One arm, one seed: the arm's training, timed, and its results (without the pairing)."""
     ctx = arm_context(name, task, data, seed, init_state, opts, backend)
     ctx.evaluate()  # the starting point, at 0 s
-    graphs = graphs_compiled()
     ctx.clock.resume()
-    extra = arm(ctx) or {}
-    if backend.get("compile"):  # compiled while the clock ran: a shape the warm-up missed
-        extra["graphs_compiled_in_run"] = graphs_compiled() - graphs
+    extra = count_compiles(
+        backend, lambda: arm(ctx)
+    )  # a graph compiled while the clock ran: a shape the warm-up missed
     if len(ctx.curve) > 1 and ctx.curve[-1]["steps"] == ctx.steps:
         ctx.curve.pop()  # evaluated at the last step already: evaluated again below, at the final clock
     ctx.evaluate(resume=False)  # final: the clock stays stopped

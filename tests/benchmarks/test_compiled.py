@@ -48,6 +48,17 @@ def test_an_arms_model_is_compiled_and_warmed_before_its_clock_with_its_weights_
     state = ctx.model._orig_mod.state_dict()
     assert all(torch.equal(state[k], init[k]) for k in init)  # no optimizer step, no weight moved
     assert all(p.grad is None for p in ctx.model.parameters())  # the warm-up's gradients dropped
+    # the graphs a run calls are all compiled: a short last batch (training, scoring in train
+    # and eval mode) compiles nothing more once the clock runs
+    warm = graphs_compiled()
+    short = data.x_train[: task.batch_size - 3], data.y_train[: task.batch_size - 3]
+    torch.nn.functional.cross_entropy(ctx.model(short[0]), short[1]).backward()
+    with torch.no_grad():
+        ctx.model(short[0])
+        ctx.model.eval()
+        ctx.model(short[0])
+        ctx.model.train()
+    assert graphs_compiled() == warm
     eager = runner.arm_context("full", task, data, 0, init, opts, setup_backend("eager"))
     assert not isinstance(eager.model, torch._dynamo.eval_frame.OptimizedModule)
 
