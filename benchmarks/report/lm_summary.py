@@ -21,7 +21,7 @@ Per seed (``annotate_lm_seed``), every arm is paired with that seed's ``lm-full`
 
 from collections.abc import Sequence
 
-from benchmarks.report.summary import EPS, _ratio, fmt, stat, time_key
+from benchmarks.report.summary import EPS, _ratio, fmt, grouped, stat, text_table, time_key
 
 EXCESS_PARTS = ("train_step", "scoring", "machinery", "data_path")
 NOT_APPLICABLE = (
@@ -98,14 +98,8 @@ def _median(values: Sequence[float | None], digits: int) -> tuple:
 
 def summarize_lm(records: list[dict]) -> list[dict]:
     """One row per (backend, device, arm), in the order of the records."""
-    keys: list[tuple] = []
-    for r in records:
-        key = (r["backend"], r["device"], r["arm"])
-        if key not in keys:
-            keys.append(key)
     rows = []
-    for backend, device, arm in keys:
-        mine = [r for r in records if (r["backend"], r["device"], r["arm"]) == (backend, device, arm)]
+    for (backend, device, arm), mine in grouped(records, ("backend", "device", "arm")).items():
         res = [r["results"] for r in mine]
         probes = [r["config"]["cost_probe"] for r in mine]
         clock = res[0]["clock"]
@@ -172,11 +166,7 @@ def _table(rows: list[dict], columns: list[tuple], extra: dict[str, list[str]]) 
     for i, r in enumerate(rows):
         line = [r["arm"], f"{r['reached']}/{r['seeds']}"] + [fmt(r, k, s) for k, _, s in columns]
         cells.append(line + [v[i] for v in extra.values()])
-    widths = [max(len(h), *(len(c[j]) for c in cells)) for j, h in enumerate(heads)]
-    out = ["  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True))]
-    out.append("  ".join("-" * w for w in widths))
-    out.extend("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in cells)
-    return out
+    return text_table(heads, cells)
 
 
 def format_lm_tables(rows: list[dict]) -> str:

@@ -188,6 +188,14 @@ def reannotate(records: list[dict], clock: str) -> None:
         annotate_seed({arm: r["results"] for arm, r in runs.items()}, drop, clock, config.get("cost_probe"))
 
 
+def grouped(records: list[dict], fields: tuple[str, ...]) -> dict[tuple, list[dict]]:
+    """The records by the values of ``fields``, groups and members in the records' order."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        groups.setdefault(tuple(r[f] for f in fields), []).append(r)
+    return groups
+
+
 def stat(values: Sequence[float | None]) -> tuple[float | None, float | None, float | None]:
     """(median, min, max) of the values that are not None; Nones when there are none."""
     v = [x for x in values if x is not None]
@@ -210,14 +218,8 @@ def summarize(records: list[dict], clock: str | None = None) -> list[dict]:
     ``clock``, the paired numbers are first recomputed on it (``reannotate``)."""
     if clock is not None:
         reannotate(records, clock)
-    keys: list[tuple] = []
-    for r in records:
-        k = (r["task"], r["backend"], r["arm"])
-        if k not in keys:
-            keys.append(k)
     rows = []
-    for task, backend, arm in keys:
-        rs = [r for r in records if (r["task"], r["backend"], r["arm"]) == (task, backend, arm)]
+    for (task, backend, arm), rs in grouped(records, ("task", "backend", "arm")).items():
         res = [r["results"] for r in rs]
         p = [x["paired"] for x in res]
         commits = sorted({str(r["versions"].get("commit")) for r in rs})
@@ -339,10 +341,15 @@ def format_tables(rows: list[dict], markdown: bool = False, columns=None) -> str
             out.append("|" + "|".join(" --- " for _ in cols) + "|")
             out.extend("| " + " | ".join(c) + " |" for c in cells)
         else:
-            widths = [max(len(h), *(len(c[i]) for c in cells)) for i, (_, h, _) in enumerate(cols)]
             out.append(title)
-            out.append("  ".join(h.ljust(w) for (_, h, _), w in zip(cols, widths, strict=True)))
-            out.append("  ".join("-" * w for w in widths))
-            out.extend("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells)
+            out += text_table([h for _, h, _ in cols], cells)
         out.append("")
     return "\n".join(out)
+
+
+def text_table(heads: list[str], cells: list[list[str]]) -> list[str]:
+    """The lines of a plain-text table: the heads, a rule, the rows, columns padded to width."""
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)), "  ".join("-" * w for w in widths)]
+    out.extend("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells)
+    return out
