@@ -15,8 +15,10 @@ What it does to ``trainer`` (nothing else is patched; the patch is one mode's ho
   model's forward, the per-sample loss (``per_sample_loss``: ``"classification"``,
   ``"causal_lm"`` or a callable ``(outputs, inputs) -> [batch]``; default: from the labels'
   shape, 1-D classification, 2-D causal LM), then ``weighted_loss``. Evaluation keeps the
-  Trainer's own loss. The Trainer's look-ahead of gradient-accumulation batches is what
-  the loader's pairing expects (ids matched in the order batches were yielded).
+  Trainer's own loss. The Trainer pulls one optimizer step's ``gradient_accumulation_steps``
+  batches before their losses: the loader is given that look-ahead (``lookahead``), so a
+  batch passed over is caught at once, and the pairing matches ids in the order batches
+  were yielded.
 - ``trainer.epoch_sifting_dataloader`` is the loader of the current ``train()``
   (``trainer.epoch_sifting_stream`` the ``ExactLengthLoader``); with ``log_metrics=True``
   every training log carries ``epoch_sifting/<scalar>`` (``neuron_sift.metrics.collect_metrics``),
@@ -128,14 +130,16 @@ def enable_epoch_sifting(
         epochs = planned_epochs(args.num_train_epochs)
         prepared = original(trainer, "get_train_dataloader")()
         distributed = trainer_distributed(trainer, prepared)
-        loader = EpochSiftingDataloader(config, prepared, num_epochs=epochs, backend=backend, distributed=distributed)
+        # The Trainer pulls one optimizer step's batches before their losses: its look-ahead.
+        accumulation = int(args.gradient_accumulation_steps)
+        loader = EpochSiftingDataloader(
+            config, prepared, num_epochs=epochs, backend=backend, distributed=distributed, lookahead=accumulation
+        )
         trainer.epoch_sifting_dataloader = loader
         # The planner's count is the one source of the run's length: the Trainer's max_steps
         # and schedule then end where the plans end.
         stream = ExactLengthLoader(loader, epochs=epochs)
-        stops_early = check_max_steps(
-            args.max_steps, stream.steps_per_epoch, epochs, int(args.gradient_accumulation_steps)
-        )
+        stops_early = check_max_steps(args.max_steps, stream.steps_per_epoch, epochs, accumulation)
         if stops_early is not None:
             logger.warning("enable_epoch_sifting: %s", stops_early)
         checkpoints.restore_into(stream)

@@ -34,7 +34,7 @@ except ImportError:  # pragma: no cover - the older package name
             "neuron_sift.integrations.lightning_checkpoint needs PyTorch Lightning: pip install lightning"
         ) from exc
 
-from neuron_sift.integrations.exact_length import STATE_FORMAT, closed_epoch
+from neuron_sift.integrations.exact_length_state import STATE_FORMAT, closed_epoch
 from neuron_sift.shared.checkpoints import state_kind
 
 __all__ = ["SiftingResume"]

@@ -89,6 +89,12 @@ class SiftingPasses:
         if in_pass and not epoch_in_progress(loader_state):
             raise ValueError("inconsistent checkpoint: a pass is open but the sifting loader's epoch is not")
 
+    def consumer_epoch_started(self) -> None:
+        """Nothing to tell: the per-batch loader pairs no losses."""
+
+    def consumer_epoch_ended(self) -> None:
+        """Nothing to tell: the per-batch loader pairs no losses."""
+
 
 class EpochPasses:
     """Passes of an ``EpochSiftingDataloader``: each is one planned epoch, iterated with
@@ -120,6 +126,16 @@ class EpochPasses:
 
     def check_state(self, loader_state: Any, in_pass: bool) -> None:
         """Nothing to check: the epoch loader's own state says whether an epoch is open."""
+
+    def consumer_epoch_started(self) -> None:
+        """A consumer's epoch began: its loop may pull deeper than at the last one's end."""
+        self.loader.pairing.new_iteration()
+
+    def consumer_epoch_ended(self) -> None:
+        """A consumer's epoch gave its last batch: a loss arriving now does not tell the loop's
+        look-ahead (a loop of accumulation steps wanted more batches than the epoch had left:
+        the Trainer's short last step), as at the end of the loader's own iteration."""
+        self.loader.pairing.iteration_ended()
 
 
 def passes_of(loader: SiftingDataloader | EpochSiftingDataloader) -> SiftingPasses | EpochPasses:

@@ -38,7 +38,8 @@ from typing import Any
 
 import torch
 
-from neuron_sift.integrations.exact_length import ExactLengthLoader, closed_epoch, read_state
+from neuron_sift.integrations.exact_length import ExactLengthLoader
+from neuron_sift.integrations.exact_length_state import closed_epoch, read_state
 from neuron_sift.integrations.trainer_patch import original
 
 logger = logging.getLogger(__name__)

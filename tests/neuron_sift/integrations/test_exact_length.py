@@ -132,3 +132,112 @@ def test_a_state_taken_after_an_epochs_last_batch_resumes_its_empty_rest_or_clos
     closed.load_state_dict(closed_epoch(state))
     assert closed_epoch(state)["epoch_yielded"] is None
     assert train(closed, 3) == expected[2:]
+
+
+def accumulated_steps(stream, epochs, per_step, start_epoch=0, saves=None):
+    """The Hugging Face Trainer's loop with gradient accumulation: each epoch announced
+    (``set_epoch``), then optimizer steps that pull ``per_step`` batches (the epoch's rest at
+    its end: a short last step), exactly ``len()`` batches in all, then record their losses.
+    Returns each step's (epoch, ids); ``saves``, when given, gets (the epoch a resume starts
+    in, state) after every step, as a Trainer that checkpoints each step (after an epoch's
+    last step it resumes into the next epoch)."""
+    loader, steps = stream.loader, []
+    for epoch in range(start_epoch, epochs):
+        stream.set_epoch(epoch)
+        left = len(stream)
+        it = iter(stream)
+        while left:
+            group = [next(it) for _ in range(min(per_step, left))]
+            left -= len(group)
+            for x, i in group:
+                loader.weighted_loss(F.mse_loss(x, torch.zeros_like(x), reduction="none").mean(1) + i.float())
+            steps.append((epoch, [i.tolist() for _, i in group]))
+            if saves is not None:
+                saves.append((epoch if left else epoch + 1, stream.state_dict()))
+    return steps
+
+
+@pytest.mark.parametrize(("per_step", "epochs"), [(2, 3), (3, 5)])
+def test_gradient_accumulation_resumes_from_every_step_with_short_last_steps(per_step, epochs):
+    """Every Trainer epoch ends on a short optimizer step (9 batches in steps of 2, 8 in steps
+    of 3); resumed from the checkpoint after any step, the run trains the uninterrupted run's
+    remaining batches. Before 0.9.0 a resume just before a short step learned a look-ahead of
+    1 from it and refused the next epoch's full step ("holds at most 1 batch(es)")."""
+    saves = []
+    full = accumulated_steps(
+        ExactLengthLoader(epoch_loader(epochs=epochs), epochs=epochs), epochs, per_step, saves=saves
+    )
+    stream = ExactLengthLoader(epoch_loader(epochs=epochs), epochs=epochs)
+    assert len(stream) % per_step != 0  # each epoch ends on a short step
+    for done, (epoch, state) in enumerate(saves, start=1):
+        resumed = ExactLengthLoader(epoch_loader(epochs=epochs), epochs=epochs)
+        resumed.load_state_dict(state)
+        assert accumulated_steps(resumed, epochs, per_step, start_epoch=epoch) == full[done:], done
+
+
+def after_last_batch_of_epoch(epoch, epochs=5):
+    """An ExactLengthLoader's state after the last batch of ``epoch`` (0-based), its iteration not
+    yet ended: what a checkpoint every ``k`` steps holds sooner or later."""
+    stream = ExactLengthLoader(epoch_loader(epochs=epochs), epochs=epochs)
+    train(stream, epoch)
+    it = iter(stream)
+    for _ in range(len(stream)):
+        x, i = next(it)
+        stream.loader.weighted_loss(F.mse_loss(x, torch.zeros_like(x), reduction="none").mean(1) + i.float())
+    return stream.state_dict()
+
+
+@pytest.mark.parametrize("announced", ["before_iter", "after_iter", "through_sampler"])
+def test_announcing_the_next_epoch_closes_an_epoch_restored_at_its_end(announced):
+    """Lightning (``loader.sampler.set_epoch`` after its ``iter()``) and the Hugging Face Trainer
+    (``loader.set_epoch`` before it) start epoch 2 after a checkpoint at epoch 1's last batch: the
+    restored epoch is closed and the run trains the uninterrupted run's epochs 2 to 4 (without
+    the announcement, the first iteration would be epoch 1's empty rest: an epoch lost)."""
+    expected = train(ExactLengthLoader(epoch_loader(), epochs=5), 5)
+    resumed = ExactLengthLoader(epoch_loader(), epochs=5)
+    resumed.load_state_dict(after_last_batch_of_epoch(1))
+    if announced == "before_iter":
+        resumed.set_epoch(2)
+        assert len(resumed) == resumed.steps_per_epoch
+    it = iter(resumed)
+    if announced == "after_iter":
+        resumed.set_epoch(2)
+    elif announced == "through_sampler":
+        resumed.sampler.set_epoch(2)
+    first = []
+    for x, i in it:
+        resumed.loader.weighted_loss(F.mse_loss(x, torch.zeros_like(x), reduction="none").mean(1) + i.float())
+        first.append(i.tolist())
+    assert [first, *train(resumed, 2)] == expected[2:]
+    assert resumed.epochs_started == 5
+
+
+def test_announcing_the_restored_epoch_or_a_state_without_epoch_counts_keeps_its_empty_rest():
+    expected = train(ExactLengthLoader(epoch_loader(), epochs=5), 5)
+    state = after_last_batch_of_epoch(1)
+    resumed = ExactLengthLoader(epoch_loader(), epochs=5)
+    resumed.load_state_dict(state)
+    resumed.set_epoch(1)  # the loop resumes "the epoch it was in"
+    assert train(resumed, 4) == [[], *expected[2:]]
+    from neuron_sift.shared.checkpoints import CHECKSUM, content_checksum
+
+    version_1 = {k: v for k, v in state.items() if k != "epochs_started"}
+    version_1["version"] = 1
+    version_1[CHECKSUM] = content_checksum(version_1)  # as 0.8.0 wrote it: no count of its consumer's epochs
+    old = ExactLengthLoader(epoch_loader(), epochs=5)
+    old.load_state_dict(version_1)
+    old.set_epoch(2)  # cannot tell the next epoch from the restored one: nothing changes
+    assert old.epochs_started is None and train(old, 4) == [[], *expected[2:]]
+    with pytest.raises(ValueError, match="set_epoch's epoch must be an int"):
+        old.set_epoch("2")
+
+
+@pytest.mark.parametrize("epochs", [3, 10])
+def test_epochs_other_than_the_loaders_num_epochs_are_refused(epochs):
+    """ExactLengthLoader(epochs=10) around a loader planned for 5 epochs would have trained five
+    more epochs on all data; fewer would cut the plan before its annealing epochs."""
+    with pytest.raises(
+        ValueError, match=rf"epochs={epochs}\) around an EpochSiftingDataloader planned for num_epochs=5"
+    ):
+        ExactLengthLoader(epoch_loader(epochs=5), epochs=epochs)
+    ExactLengthLoader(epoch_loader(epochs=5), 4, epochs=epochs)  # an explicit length does not use epochs

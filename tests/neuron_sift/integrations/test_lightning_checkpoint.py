@@ -86,13 +86,13 @@ class Classifier(LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-def trainer(callbacks=()):
+def trainer(callbacks=(), sifting_resume=True):
     return Trainer(
         max_epochs=EPOCHS,
         accelerator="cpu",
         devices=1,
         logger=False,
-        callbacks=[SiftingResume(), *callbacks],
+        callbacks=[SiftingResume(), *callbacks] if sifting_resume else list(callbacks),
         enable_checkpointing=bool(callbacks),
         enable_progress_bar=False,
         enable_model_summary=False,
@@ -114,9 +114,9 @@ def saved_run(request, tmp_path_factory):
     return request.param, module, fit, directory
 
 
-def resume(kind, directory, step, wrap=True):
+def resume(kind, directory, step, wrap=True, sifting_resume=True):
     module = Classifier(kind, init_seed=99, wrap=wrap)
-    fit = trainer()
+    fit = trainer(sifting_resume=sifting_resume)
     fit.fit(module, ckpt_path=str(directory / f"step={step}.ckpt"))
     return module, fit
 
@@ -129,6 +129,21 @@ def test_a_resumed_fit_trains_the_uninterrupted_runs_remaining_batches(saved_run
     step = {"mid_epoch": 3, "epoch_end": per_epoch, "late_mid_epoch": per_epoch + 3}[where]
     module, fit = resume(kind, directory, step)
     assert module.trained == full.trained[step:]  # ids and Lightning's epoch numbers
+    assert fit.global_step == full_fit.global_step
+    assert torch.equal(weights(module), weights(full))
+
+
+@pytest.mark.parametrize("where", ["mid_epoch", "epoch_end"])
+def test_without_sifting_resume_a_wrapped_loader_still_resumes_exactly(saved_run, where):
+    """A user who forgot the callback: ``ExactLengthLoader`` hears Lightning start the next
+    epoch (``sampler.set_epoch``) after a checkpoint at an epoch's last batch, and closes the
+    restored epoch. Before 0.9.0 the run resumed into that epoch's empty rest and ended an
+    epoch early (the epoch loader trained 0 of the remaining 11 steps here, silently)."""
+    kind, full, full_fit, directory = saved_run
+    per_epoch = full_fit.num_training_batches
+    step = {"mid_epoch": 3, "epoch_end": 2 * per_epoch}[where]
+    module, fit = resume(kind, directory, step, sifting_resume=False)
+    assert module.trained == full.trained[step:]
     assert fit.global_step == full_fit.global_step
     assert torch.equal(weights(module), weights(full))
 

@@ -202,3 +202,23 @@ def test_each_process_reads_its_own_file_or_process_0s_where_all_sift_alike(tmp_
     assert load_state(str(tmp_path), "sifting", 1, unsharded=True) == {"kind": "a state"}
     with pytest.raises(ValueError, match="holds no sifting_rank1.pt: the checkpoint was not saved by a Trainer with"):
         load_state(str(tmp_path), "sifting", 1)
+
+
+@pytest.mark.slow
+def test_gradient_accumulation_resumes_from_every_checkpoint_of_runs_ending_epochs_on_short_steps():
+    """Accumulation 2 and 3 over Trainer epochs of 7 batches (each ends on a short
+    optimizer step), resumed from every checkpoint: each run trains what the uninterrupted
+    run trained after it, to its last step. In 0.8.0 resuming before a short step raised
+    ``LossOutputException: ... holds at most 1 batch(es)`` at the next epoch (the loader was
+    never told the accumulation)."""
+    out = run_python(["-m", "tests.neuron_sift.integrations.trainer_accumulation_scenarios"], {"USE_TORCH_XLA": "0"})
+    (line,) = [x for x in out.splitlines() if x.startswith("RESULTS ")]
+    results = json.loads(line[len("RESULTS ") :])
+    for accumulation, r in results.items():
+        assert r["per_epoch"] % int(accumulation) != 0, "each epoch ends on a short step"
+        assert len(r["resumed"]) == r["global_step"] >= 6  # a checkpoint after every optimizer step
+        for name, resumed in r["resumed"].items():
+            assert "error" not in resumed, (accumulation, name, resumed)
+            assert resumed["global_step"] == r["global_step"], (accumulation, name)
+            assert resumed["steps"] == r["full"][len(r["full"]) - len(resumed["steps"]) :], (accumulation, name)
+            assert resumed["steps"] or name == f"checkpoint-{r['global_step']}", (accumulation, name)
