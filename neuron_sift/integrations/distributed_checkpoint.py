@@ -17,21 +17,32 @@ no way to tell them apart, and a loader's state does not fit what DCP expects of
 - ``dcp.async_save`` writes while training goes on changing the loader.
 
 Changing what ``state_dict()`` returns would break its other users, so the adapter stores
-the loader's state as one opaque value per data-parallel rank, ``{"rank{r}_of{W}": bytes}``
-(torchtitan keys its dataloaders' states by data-parallel rank the same way): ``torch.save`` of the state, taken when DCP
-asks for it, so a save in flight holds a snapshot nothing later changes; read back with
-``weights_only=True`` and the state's own checksum. DCP writes the bytes with its own
-metadata, atomically (the checkpoint's ``.metadata`` is written last, once every rank wrote).
+the loader's state as one opaque value per process, ``{"rank{r}_of{W}": bytes}`` (torchtitan
+keys its dataloaders' states by data-parallel rank the same way): ``torch.save`` of an entry
+(``loader_entries.py``: the loader's state and the process that wrote it), taken when DCP asks for
+it, so a save in flight holds a snapshot nothing later changes; read back with
+``weights_only=True`` and the checksums. DCP writes the bytes with its own metadata,
+atomically (the checkpoint's ``.metadata`` is written last, once every rank wrote).
+
+Why the key is the process's rank, not the loader's: a loader built with
+``distributed=False`` under DDP runs on its own (rank 0 of 1) in every process, and keys of
+its ranks would all be ``rank0_of1``, which DCP saves once: every process would resume the
+state of one of them. So the key is the default process group's rank and size whenever one
+is initialised (the loader's own, 0 of 1, otherwise), and each entry names the process that
+wrote it, checked on load.
 
 Why a load planner: DCP asks for exactly the keys the fresh ``state_dict()`` lists, before
 it reads anything, and a rank of a new job cannot know the old world size. At the same world
 size each rank's own key is there and plain ``dcp.load`` restores each rank exactly.
-``ReshardingLoadPlanner`` is DCP's default load planner plus one step: where the checkpoint
-has no entry of this rank's key, it asks for every old rank's state instead, and the adapter
-hands them to ``EpochSiftingDataloader.load_state_dict_from_ranks`` (the per-batch loader,
-which does not resume at another world size, refuses with its own message). The planner is
-also where a loader given to DCP itself can be told apart (DCP has already turned it into
-its ``state_dict()``, which names its kind), so it is refused there with what to do.
+``ReshardingLoadPlanner`` is DCP's default load planner plus three steps: where the
+checkpoint has no entry of this rank's key, it asks for every old rank's entry instead
+(found in the checkpoint's metadata), which the adapter hands to the loader's
+``load_state_dict_from_ranks`` (the epoch loader, or ``ExactLengthLoader`` around one; the
+per-batch loader, which does not resume at another world size, is refused naming both world
+sizes); it reads the loader entries with ``weights_only=True`` (DCP's own planner unpickles
+every non-tensor value without it), and a damaged entry is refused naming the entry and the
+checkpoint; and a loader given to DCP itself is told apart (DCP has already turned it into
+its ``state_dict()``, which names its kind) and refused with what to do.
 """
 
 import io
@@ -42,7 +53,16 @@ from typing import Any
 import torch
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import Metadata
+from torch.distributed.checkpoint.planner import ReadItem
 from torch.distributed.checkpoint.stateful import Stateful
+
+from neuron_sift.integrations.loader_entries import (
+    EntryPlace,
+    damaged,
+    process_rank,
+    read_entry,
+    written_entry,
+)
 
 __all__ = ["PerRankLoaderState", "RankStates", "ReshardingLoadPlanner", "rank_key"]
 
@@ -50,39 +70,28 @@ _RANK_KEY = re.compile(r"rank(\d+)_of(\d+)")
 
 
 def rank_key(rank: int, world_size: int) -> str:
-    """The key of rank ``rank``'s loader state in a checkpoint taken by ``world_size`` ranks."""
+    """The key of process ``rank``'s loader state in a checkpoint taken by ``world_size`` processes."""
     return f"rank{rank}_of{world_size}"
 
 
 class RankStates(dict[str, Any]):
-    """A loader's entries in a DCP state dict, ``{rank_key: serialized state}``: a dict (DCP
+    """A loader's entries in a DCP state dict, ``{rank_key: serialized entry}``: a dict (DCP
     saves and loads each entry as one value) marked so that ``ReshardingLoadPlanner`` finds
-    the loaders' entries among the model's and optimizer's."""
+    the loaders' entries among the model's and optimizer's. ``place`` names them in messages
+    (the planner sets it: the entry's path in the state dict and the checkpoint)."""
 
-
-def _serialized(state: dict[str, Any]) -> bytes:
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    return buffer.getvalue()
-
-
-def _deserialized(blob: Any, key: str) -> dict[str, Any]:
-    if not isinstance(blob, (bytes, bytearray)):
-        raise ValueError(f"the checkpoint's loader entry {key!r} is a {type(blob).__name__}, not a saved loader state")
-    state = torch.load(io.BytesIO(blob), weights_only=True)
-    if not isinstance(state, dict):
-        raise ValueError(f"the checkpoint's loader entry {key!r} holds a {type(state).__name__}, not a loader state")
-    return state
+    place: EntryPlace = EntryPlace()
 
 
 class PerRankLoaderState(Stateful):
-    """A sifting loader as a value of a DCP state dict: each data-parallel rank's state under
-    its own key, serialized when DCP asks for it (see the module's docstring for why).
+    """A sifting loader as a value of a DCP state dict: each process's state under its own key,
+    serialized when DCP asks for it (see the module's docstring for why).
 
     Args:
         loader: a ``SiftingDataloader`` or ``EpochSiftingDataloader`` (or a wrapper that hands
-            on their ``state_dict``, ``load_state_dict`` and ``ranks``). Its rank and world size
-            (``loader.ranks``: the process group the loader shares its work with) name its entry.
+            on their ``state_dict``, ``load_state_dict`` and ``ranks``, as ``ExactLengthLoader``
+            does). Its entry is keyed by the default process group's rank and world size when
+            one is initialised, else by the loader's own (``loader.ranks``).
 
     Raises:
         TypeError: ``loader`` has no loader state API.
@@ -99,24 +108,30 @@ class PerRankLoaderState(Stateful):
 
     @property
     def key(self) -> str:
-        """This rank's entry: ``rank{r}_of{W}``."""
-        return rank_key(self.loader.ranks.rank, self.loader.ranks.world_size)
+        """This process's entry: ``rank{r}_of{W}``."""
+        return rank_key(*process_rank(self.loader.ranks))
 
     def state_dict(self) -> RankStates:
-        """This rank's entry with the loader's state as it is now (a snapshot: bytes)."""
-        return RankStates({self.key: _serialized(self.loader.state_dict())})
+        """This process's entry with the loader's state as it is now (a snapshot: bytes)."""
+        return RankStates({self.key: written_entry(self.loader.state_dict(), process_rank(self.loader.ranks))})
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Restore this rank's own entry; given every rank's entries of a checkpoint of another
-        world size (``ReshardingLoadPlanner``), resume from all of them.
+        """Restore this process's own entry; given every rank's entries of a checkpoint of
+        another world size (``ReshardingLoadPlanner``), resume from all of them.
 
         Raises:
-            ValueError: no entry of this rank and not every rank's of one other world size; an
-                entry that is no loader state; the loader's own refusals (another run, a damaged
-                state, ``SiftingDataloader`` at another world size).
+            ValueError: no entry of this process and not every rank's of one other world size;
+                an entry that cannot be read (damaged, or no loader state), written by another
+                process than its key says; a loader that does not resume at another world size
+                (``SiftingDataloader``, or any loader built with ``distributed=False``); the
+                loader's own refusals (another run, other settings). Each names the entry.
         """
+        place = state_dict.place if isinstance(state_dict, RankStates) else EntryPlace()
+        me = process_rank(self.loader.ranks)
         if self.key in state_dict:
-            self.loader.load_state_dict(_deserialized(state_dict[self.key], self.key))
+            state = read_entry(state_dict[self.key], place.of(self.key), expected_writer=me)
+            with place.of(self.key).naming_refusals():
+                self.loader.load_state_dict(state)
             return
         found = {}
         for key in state_dict:
@@ -127,19 +142,35 @@ class PerRankLoaderState(Stateful):
         ranks = sorted(rank for rank, _ in found.values())
         if len(worlds) != 1 or ranks != list(range(next(iter(worlds)))):
             raise ValueError(
-                f"the checkpoint holds no loader state of this rank ({self.key}) and not every rank's state of one other "
-                f"world size: got {sorted(map(str, state_dict)) or 'none'}. Load at another world size with "
-                "dcp.load(..., planner=ReshardingLoadPlanner())"
+                f"the checkpoint{place.checkpoint_words()} holds no loader state of this process ({self.key}) and not "
+                f"every rank's state of one other world size: got {sorted(map(str, state_dict)) or 'none'}. Load at "
+                "another world size with dcp.load(..., planner=ReshardingLoadPlanner())"
             )
-        states = [_deserialized(state_dict[key], key) for key in sorted(found, key=lambda k: found[k][0])]
-        if hasattr(self.loader, "load_state_dict_from_ranks"):
+        saved_world = next(iter(worlds))
+        _check_reshardable(self.loader, saved_world, me[1], place)
+        keys = sorted(found, key=lambda k: found[k][0])
+        states = [read_entry(state_dict[key], place.of(key), expected_writer=found[key]) for key in keys]
+        with place.naming_refusals():
             self.loader.load_state_dict_from_ranks(states)
-            return
-        # The per-batch loader refuses a state of another world size with its own message.
-        self.loader.load_state_dict(states[min(self.loader.ranks.rank, len(states) - 1)])
+
+
+def _check_reshardable(loader: Any, saved_world: int, world: int, place: EntryPlace) -> None:
+    """Refuse, naming both world sizes, a loader that cannot resume ``saved_world`` ranks'
+    states at ``world`` processes."""
+    saved = f"saved by {saved_world} process(es), this run has {world}"
+    if loader.ranks.world_size != world:
         raise ValueError(
-            f"{type(self.loader).__name__} resumes only at the world size it was saved at ({len(states)} ranks, "
-            f"this run has {self.loader.ranks.world_size})"
+            f"the checkpoint{place.checkpoint_words()} was {saved}, and this {type(loader).__name__} runs on its own "
+            "in each process (distributed=False): each process resumes only its own entry, at the world size it "
+            "was saved at. Restart with the saving world size, or build the loaders with distributed=None so they "
+            "share their work over the ranks and resume at another world size (EpochSiftingDataloader)"
+        )
+    if not callable(getattr(loader, "load_state_dict_from_ranks", None)):
+        raise ValueError(
+            f"the checkpoint{place.checkpoint_words()} was {saved}: {type(loader).__name__} resumes only at the "
+            "world size it was saved at (each rank's pending samples and random state do not divide among other "
+            f"ranks). Restart with {saved_world} process(es), or start this loader afresh (load the model and "
+            "optimizer without the loader's entry); EpochSiftingDataloader resumes at another world size"
         )
 
 
@@ -155,22 +186,34 @@ def _values(value: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...
     return []
 
 
+def _checkpoint_id(metadata: Metadata | None) -> str | None:
+    """The checkpoint's name as its writer recorded it (DCP's storage metadata), if any."""
+    storage = getattr(metadata, "storage_meta", None)
+    checkpoint_id = getattr(storage, "checkpoint_id", None)
+    return None if checkpoint_id is None else str(checkpoint_id)
+
+
 class ReshardingLoadPlanner(DefaultLoadPlanner):
     """DCP's default load planner that also resumes loaders saved at another world size: for
-    each ``PerRankLoaderState`` whose rank has no entry in the checkpoint, it asks for every
-    old rank's entry instead (found in the checkpoint's metadata), which the adapter hands to
-    ``load_state_dict_from_ranks``. At the same world size it plans what the default planner
-    plans. Where DCP's own planner would stop at a bare "Missing key", it says what is wrong:
-    a loader given to ``dcp.load`` itself, a checkpoint that saved a loader itself or none.
-    Keyword arguments go to ``DefaultLoadPlanner``.
+    each ``PerRankLoaderState`` whose process has no entry in the checkpoint, it asks for
+    every old rank's entry instead (found in the checkpoint's metadata), which the adapter
+    hands to ``load_state_dict_from_ranks``. At the same world size it plans what the default
+    planner plans. Loader entries are read with ``weights_only=True``. Where DCP's own planner
+    would stop at a bare "Missing key" or an unpickling error, it says what is wrong: a loader
+    given to ``dcp.load`` itself, a checkpoint that saved a loader itself or none, a damaged
+    entry. Keyword arguments go to ``DefaultLoadPlanner``.
 
-    Raises (from ``dcp.load``, inside its ``CheckpointException``, which names the rank):
+    Raises (from ``dcp.load``, inside its ``CheckpointException``, which names the rank and
+    derives from ``BaseException``: ``except Exception`` does not catch it):
         TypeError: a loader itself is a value of the state dict (wrap it: ``PerRankLoaderState``).
         ValueError: the checkpoint holds no loader entries where the state dict has one, or
-            holds a loader's own state there (it was saved without ``PerRankLoaderState``).
+            holds a loader's own state there (it was saved without ``PerRankLoaderState``), or
+            an entry that cannot be read (naming it and the checkpoint).
     """
 
     def set_up_planner(self, state_dict: Any, metadata: Metadata | None = None, is_coordinator: bool = False) -> None:
+        checkpoint = _checkpoint_id(metadata)
+        self._loader_entries: dict[str, EntryPlace] = {}
         for path, entries in _values(state_dict):
             name = ".".join(path)
             if not isinstance(entries, RankStates):
@@ -179,6 +222,7 @@ class ReshardingLoadPlanner(DefaultLoadPlanner):
                     "which differs from a saved one, and keeps one value per key for all ranks. "
                     f"Give dcp.save and dcp.load PerRankLoaderState(loader) as {name!r}"
                 )
+            entries.place = EntryPlace(name, checkpoint)
             if metadata is None:
                 continue
             prefix = name + "."
@@ -194,8 +238,23 @@ class ReshardingLoadPlanner(DefaultLoadPlanner):
                     f"the checkpoint holds no loader state under {name!r}: it was saved without "
                     f"PerRankLoaderState(loader) as {name!r} (it holds {sorted({k.split('.')[0] for k in metadata.state_dict_metadata})})"
                 )
-            if any(key in theirs for key in entries):
-                continue  # this rank's own entry: the exact resume
-            entries.clear()  # DCP replaces each placeholder with the saved value
-            entries.update(dict.fromkeys(theirs, b""))
+            if not any(key in theirs for key in entries):  # no entry of this process: every old rank's
+                entries.clear()  # DCP replaces each placeholder with the saved value
+                entries.update(dict.fromkeys(theirs, b""))
+            self._loader_entries.update({prefix + key: entries.place.of(key) for key in entries})
         super().set_up_planner(state_dict, metadata, is_coordinator)
+
+    def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
+        """A loader entry is read with ``weights_only=True`` first (a damaged one is refused
+        by name); everything else as DCP's default planner reads it."""
+        place = getattr(self, "_loader_entries", {}).get(read_item.dest_index.fqn)
+        if place is not None:
+            data = value.read()
+            try:
+                blob = torch.load(io.BytesIO(data), weights_only=True)
+            except Exception as exc:  # noqa: BLE001 - any failure to read is one refusal, naming the entry
+                raise damaged(place, exc) from exc
+            if not isinstance(blob, (bytes, bytearray)):
+                raise ValueError(f"{place.describe()} is a {type(blob).__name__}, not a saved loader state")
+            value = io.BytesIO(data)
+        super().load_bytes(read_item, value)

@@ -4,7 +4,13 @@ shared by test_distributed_checkpoint.py (one process) and dcp_worker.py (under 
 The checkpoint is DCP's own recipe: the model and optimizer through ``get_state_dict`` /
 ``set_state_dict`` (the optimizer's state keyed by parameter name, DDP's ``module.`` prefix
 left out), the loader through ``PerRankLoaderState``, the per-batch loop's epoch as a plain
-value."""
+value.
+
+Kinds: ``epoch`` and ``per-batch`` (the loaders sharing their work over the ranks),
+``wrapped-epoch`` (``ExactLengthLoader`` around the epoch loader, as Lightning's users train),
+and ``alone-epoch`` / ``alone-per-batch`` (built with ``distributed=False`` under DDP, each over
+its rank's half of the data: docs/data-parallel.md's opt-out, the per-batch loader in fixed
+mode so every rank takes the same steps)."""
 
 from dataclasses import dataclass
 from typing import Any
@@ -15,10 +21,10 @@ import torch.distributed.checkpoint as dcp
 import torch.nn.functional as F
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDataset
 
 from neuron_sift import EpochSiftingDataloader, Loss, RelativeProbabilisticSiftConfig, SiftingDataloader
-from neuron_sift.integrations import PerRankLoaderState
+from neuron_sift.integrations import ExactLengthLoader, PerRankLoaderState
 
 SAMPLES, BATCH, EPOCHS = 96, 8, 3
 
@@ -58,20 +64,36 @@ def build(kind: str) -> Run:
     net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
     model = DistributedDataParallel(net) if dist.is_initialized() else net
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    if kind == "epoch":
-        config = {"seed": 7, "kept_share": 0.5, "anneal_fraction": 0.34}
-        loader = EpochSiftingDataloader(config, DataLoader(data, batch_size=BATCH, shuffle=True), num_epochs=EPOCHS)
-        return Run(kind, model, optimizer, loader)
     world, rank = (dist.get_world_size(), dist.get_rank()) if dist.is_initialized() else (1, 0)
-    sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=3)
+    alone = kind.startswith("alone-")
+    if alone:  # this rank's half of the data, sifted on its own
+        data = Subset(data, range(rank, SAMPLES, world))
+    if kind.endswith("epoch"):
+        config = {"seed": 7, "kept_share": 0.5, "anneal_fraction": 0.34}
+        loader: Any = EpochSiftingDataloader(
+            config,
+            DataLoader(data, batch_size=BATCH, shuffle=True),
+            num_epochs=EPOCHS,
+            distributed=False if alone else None,
+        )
+        if kind == "wrapped-epoch":
+            loader = ExactLengthLoader(loader, epochs=EPOCHS)
+        return Run(kind, model, optimizer, loader)
+    replicas = 1 if alone else world
+    sampler = DistributedSampler(data, num_replicas=replicas, rank=0 if alone else rank, shuffle=True, seed=3)
     config = RelativeProbabilisticSiftConfig(
-        beta_value=1.0, loss_history_length=32, loss_based_sift_config={"sift_config": {"sift_delay": 2}}, seed=0
+        beta_value=1.0,
+        loss_history_length=32,
+        loss_based_sift_config={"sift_config": {"sift_delay": 2}},
+        selection_mode="fixed" if alone else "probabilistic",
+        seed=0,
     )
     loader = SiftingDataloader(
         sift_config=config,
         orig_dataloader=DataLoader(data, batch_size=BATCH, sampler=sampler),
         loss_impl=SiftLoss(),
         model=net,
+        distributed=False if alone else None,
     )
     return Run(kind, model, optimizer, loader, sampler)
 
@@ -85,7 +107,16 @@ def _step(run: Run, loss: torch.Tensor) -> None:
 def training(run: Run):
     """The run's loop, yielding (epoch, ids) after every optimizer step, so that a caller can
     checkpoint between steps and go on."""
-    if run.kind == "epoch":
+    if run.kind == "wrapped-epoch":
+        stream, loader = run.loader, run.loader.loader
+        for epoch in range(run.epoch, EPOCHS):
+            run.epoch = epoch
+            stream.set_epoch(epoch)
+            for ids, x, y in stream:
+                _step(run, loader.weighted_loss(F.cross_entropy(run.model(x), y, reduction="none")))
+                yield loader.plan.epoch, ids.tolist()
+        return
+    if run.kind.endswith("epoch"):
         loader = run.loader
         while loader.epoch < EPOCHS or loader.resuming:
             for ids, x, y in loader:

@@ -1,9 +1,12 @@
 """One rank of a run of both sifting loaders checkpointed with torch.distributed.checkpoint,
 launched under torchrun (gloo) by test_distributed_checkpoint.py.
 
-``--phase save``: each loader's run (``dcp_runs``) trains to its end, with a ``dcp.save`` after
-``--stop`` steps (one count per loader) into ``--ckpt/<kind>``; the rank writes ``rank{r}.json``: every step's
-(epoch, ids), each epoch's plan (the epoch loader), the final parameters.
+``--phase save``: each kind's run (``dcp_runs``) trains to its end, with a save after ``--stop``
+steps (one count per kind) into ``--ckpt/<kind>``: ``dcp.async_save`` for the epoch loader,
+with its own gloo group as docs/checkpoints.md shows (training goes on while it writes: the
+future is awaited at the run's end), ``dcp.save`` for the others; the rank writes
+``rank{r}.json``: every step's (epoch, ids), each epoch's plan (the epoch loader), the final
+parameters.
 
 ``--phase load``: each loader's run is built afresh, loaded from that checkpoint through
 ``ReshardingLoadPlanner`` (at the saving world size or another) and trained to its end; the
@@ -23,6 +26,8 @@ import torch.distributed.checkpoint as dcp
 from neuron_sift.integrations import ReshardingLoadPlanner
 from tests.neuron_sift.integrations import dcp_runs
 from tests.neuron_sift.torchrun import release_process_group
+
+KINDS = ("epoch", "per-batch", "wrapped-epoch", "alone-epoch", "alone-per-batch")
 
 
 class Recorder:
@@ -44,13 +49,18 @@ class Recorder:
 
 
 def train(run: dcp_runs.Run, stop: int | None = None, checkpoint_id: str | None = None) -> dict[str, Any]:
-    steps, plans = [], {}
+    steps, plans, pending = [], {}, None
     for n, (epoch, ids) in enumerate(dcp_runs.training(run), start=1):
         steps.append([epoch, ids])
-        if run.kind == "epoch":
-            plans.setdefault(str(epoch), run.loader.plan.order.tolist())
-        if n == stop:
+        if run.kind.endswith("epoch"):
+            plans.setdefault(str(epoch), getattr(run.loader, "loader", run.loader).plan.order.tolist())
+        if n == stop and run.kind == "epoch":  # the save's collectives in a group of their own, not DDP's
+            saving = dist.new_group(backend="gloo")
+            pending = dcp.async_save(dcp_runs.checkpoint_state(run), checkpoint_id=checkpoint_id, process_group=saving)
+        elif n == stop:
             dcp.save(dcp_runs.checkpoint_state(run), checkpoint_id=checkpoint_id)
+    if pending is not None:
+        pending.result()
     return {"steps": steps, "plans": plans, "params": run.params.tolist()}
 
 
@@ -59,18 +69,20 @@ def main() -> None:
     p.add_argument("--phase", choices=["save", "load"], required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--ckpt", required=True)
-    p.add_argument("--stop", type=int, nargs=2, default=[8, 5], help="save after this many steps: epoch, per-batch")
+    p.add_argument(
+        "--stop", type=int, nargs=len(KINDS), default=[0] * len(KINDS), help="save after this many steps, per kind"
+    )
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     out: dict[str, Any] = {}
-    for kind, stop in zip(("epoch", "per-batch"), args.stop):
+    for kind, stop in zip(KINDS, args.stop):
         run = dcp_runs.build(kind)
         checkpoint_id = os.path.join(args.ckpt, kind)
         if args.phase == "save":
             out[kind] = train(run, stop, checkpoint_id)
         else:
-            if kind == "epoch":
+            if kind in ("epoch", "wrapped-epoch"):
                 run.loader = Recorder(run.loader)
             try:
                 dcp_runs.restore(run, checkpoint_id, ReshardingLoadPlanner())
