@@ -50,7 +50,8 @@ class EpochSiftConfig:
     one sample per rank. A budget of 0.01 on 50 samples keeps 1 (a share of 0.02); 0.5 of
     45 keeps 23; at 4 ranks, 20. With ``drop_last`` each rank trains its share cut to whole
     batches. The loader logs a warning when the share trained differs from ``kept_share``
-    by more than a fifth of it, and refuses a budget that leaves a rank less than one whole
+    by more than a fifth of it (when it is built, from the budget's rounding; and for every
+    sifted epoch that trains less than four fifths of it), and refuses a budget that leaves a rank less than one whole
     batch with ``drop_last``. The policy's probabilities are scaled by one common factor
     (capped at 1) so they sum to ``k``, and the kept set is drawn with exactly those
     probabilities (systematic sampling), so ``len()`` and the whole schedule length are
@@ -70,11 +71,16 @@ class EpochSiftConfig:
     ``torch.initial_seed()`` when the loader is built): seeds each epoch's order and draws.
 
     ``noise_guard_epochs`` (0: off), ``noise_guard_quantile`` (default 0.8): the label-noise
-    guard. A sample whose score was at or above the ``noise_guard_quantile`` of all scores
-    in each of the last ``noise_guard_epochs`` epochs in which it was trained is treated as
-    likely mislabeled and left out of sifted epochs (warm-up and annealing epochs still
-    train on it). This deliberately changes the objective (those samples no longer count)
-    and is not unbiased for them; see the docs' How sifting works (Label noise: the guard).
+    guard. A sample whose score was above the ``noise_guard_quantile`` of all scores (the
+    lowest score with at least that share of the scores at or below it; a tie with it, such
+    as the many exact 0.0 losses of a trained classifier, is not above it) in each of the
+    last ``noise_guard_epochs`` epochs in which it was trained is treated as likely
+    mislabeled and left out of sifted epochs while its score stays above that quantile
+    (warm-up and annealing epochs still train on it): at most ``1 - noise_guard_quantile``
+    of the scored samples are left out in any epoch. A budgeted sifted epoch that trains
+    less than four fifths of its budget, for this or any other reason, is logged as a
+    warning. This deliberately changes the objective (those samples no longer count) and is
+    not unbiased for them; see the docs' How sifting works (Label noise: the guard).
 
     ``score_table`` (default ``"replicated"``): where the scores live under data parallelism.
     ``"replicated"``: every rank holds all ``N`` scores and the whole plan, the ranks merge

@@ -7,6 +7,7 @@ from the one asked; both are known from the planner's counts before the first ep
 
 import logging
 
+from neuron_sift.epoch.planning.plan import EpochPlan
 from neuron_sift.epoch.planning.planner import EpochPlanner
 from neuron_sift.shared.logs import EPOCH_LOGGER
 
@@ -70,4 +71,38 @@ def _no_batch(shares: str, per_rank: int, batch_size: int) -> str:
         "drop_last=True, which leaves a short batch out: every epoch would yield no batch and train nothing. "
         f"Use drop_last=False (the short batch is trained), a batch size of at most {max(per_rank, 1)}, or more "
         "samples"
+    )
+
+
+def warn_short_epoch(planner: EpochPlanner, plan: EpochPlan, trained: int) -> None:
+    """Warn when a budgeted sifted epoch trains less than ``1 - BUDGET_TOLERANCE`` of its
+    budget (``kept_share * M``), whatever the cause: the noise guard's exclusions, too few
+    samples the policy keeps with any probability, or ``drop_last`` cutting each rank's short
+    batch. ``trained``: the epoch's samples trained over all ranks. The same on every rank.
+
+    Why at run time: the construction-time check sees only the budget's rounding; what the
+    guard leaves out is known only when the epoch is planned, and a run that trains far less
+    than asked should not go on without a word."""
+    share = planner.config.kept_share
+    if share is None or plan.kind != "sift":
+        return
+    budget = share * planner.m
+    if trained >= (1.0 - BUDGET_TOLERANCE) * budget:
+        return
+    causes = []
+    if plan.excluded:
+        causes.append(f"the noise guard left out {plan.excluded} samples")
+    if planner.drop_last and trained < plan.kept * (planner.world_size if planner.plans_own_share else 1):
+        causes.append("drop_last=True cut each rank's short last batch")
+    logger.warning(
+        "EpochSiftingDataloader: epoch %d (0-based) trains %d of %d samples, a share of %.4g, more than %d%% below "
+        "its budget kept_share=%g (%d samples)%s",
+        plan.epoch,
+        trained,
+        planner.m,
+        trained / planner.m,
+        round(100 * BUDGET_TOLERANCE),
+        share,
+        round(budget),
+        f": {'; '.join(causes)}" if causes else ": too few samples have a keep probability above 0",
     )

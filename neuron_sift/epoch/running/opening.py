@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from neuron_sift.epoch.planning.plan import EpochPlan
+from neuron_sift.epoch.planning.planned_counts import warn_short_epoch
 from neuron_sift.epoch.planning.planner import EpochPlanner
 from neuron_sift.epoch.running.history import EpochHistory
 from neuron_sift.epoch.scores.owned_shares import OwnedShares
@@ -59,11 +60,13 @@ class EpochOpener:
         if merged is not None:
             self.guard.update(merged, planner.trained_slots(previous) if previous is not None else None)
         scores = merged if merged is not None else torch.full((planner.table_size,), float("nan"))
-        plan = planner.plan(epoch, scores, self.guard.excluded())
+        plan = planner.plan(epoch, scores, self.guard.excluded(scores))
         self.tables.set_weights(plan.weights, epoch, keep_previous=carried)
         batches = planner.rank_batches_of(plan)
         self.shares.planned(batches)
-        self.history.planned(plan, len(batches), time.perf_counter() - start, planner.trained_counts(plan))
+        counts = planner.trained_counts(plan)
+        self.history.planned(plan, len(batches), time.perf_counter() - start, counts)
+        warn_short_epoch(planner, plan, counts.kept)
         return plan, batches
 
     def restore(self, plan: EpochPlan | None, epoch: int) -> None:

@@ -89,16 +89,16 @@ def test_a_subset_sampler_is_honoured():
 
 
 def test_the_noise_guard_leaves_out_persistently_hard_samples():
-    """Every sample trains in the warm-up with its fixed loss; those at or above the 0.8
-    quantile of all scores (the lower quantile, as the merged summary reads it: exact here)
+    """Every sample trains in the warm-up with its fixed loss; those above the 0.8 quantile
+    of all scores (the lower quantile, as the merged summary reads it: exact here)
     start a streak of 1 and every sifted epoch leaves exactly them out; they keep their
     streak (not trained, not reset), the others never reach one."""
     loader = make(noise_guard_epochs=1, noise_guard_quantile=0.8)
     seen = run(loader)
     scores = oracle(torch.arange(N))
     threshold = torch.sort(scores).values[math.ceil(0.8 * N) - 1]
-    high = {i for i in range(N) if scores[i] >= threshold}
-    assert len(high) == N - math.ceil(0.8 * N) + 1  # distinct scores: a fifth of them
+    high = {i for i in range(N) if scores[i] > threshold}
+    assert len(high) == N - math.ceil(0.8 * N)  # distinct scores: a fifth of them
     assert [h["excluded"] for h in loader.history] == [0] + [len(high)] * (EPOCHS - 1)
     assert all(not high & set(seen[e]) for e in range(1, EPOCHS))
     assert len(seen[1]) == loader.history[1]["kept"] == round(0.4 * N)  # the budget from the rest

@@ -263,31 +263,42 @@ def joined(runs: list[Run], epoch: int) -> tuple[list[int], dict[int, float]]:
     return ids, weights
 
 
-def expected_streaks(
-    batches: list[Batch], openings: list[int], n: int, q: float, quantile: str, loss=epoch_loss
-) -> dict[int, torch.Tensor]:
-    """The noise guard's streaks by id at each of ``openings`` (every epoch whose opening
-    plans from scores, ascending: the guard moves there), computed
-    from the batches trained alone as the guard is documented: at each opening, a sample
-    trained in the epoch before extends its streak if its score (its last loss) is at or
-    above the ``q`` quantile of all scores, else its streak resets; others keep theirs.
-    ``quantile``: ``"lower"`` (the sharded summary's: the smallest score with at least a
-    share ``q`` at or below it) or ``"linear"`` (``torch.quantile``, the replicated table's)."""
+@dataclass
+class GuardAtOpening:
+    """The noise guard as documented, at one epoch's opening: the streaks by id, the threshold
+    (the lowest score with at least a ``q`` share of the scores at or below it) and the samples
+    the plan leaves out (a streak of ``epochs`` and a score above the threshold)."""
+
+    streaks: torch.Tensor
+    threshold: float | None
+    excluded: set[int]
+
+
+def expected_guard(
+    batches: list[Batch], openings: list[int], n: int, q: float, epochs: int, loss=epoch_loss
+) -> dict[int, GuardAtOpening]:
+    """The noise guard at each of ``openings`` (every epoch whose opening plans from scores,
+    ascending: the guard moves there), computed from the batches trained alone as the guard is
+    documented: at each opening, a sample trained in the epoch before extends its streak if its
+    score (its last loss) is above the threshold of all scores, else its streak resets; others
+    keep theirs; the plan leaves out the samples with a streak of ``epochs`` whose score is above
+    the threshold."""
     streak = torch.zeros(n, dtype=torch.int64)
     scores = torch.full((n,), float("nan"))
     out = {}
+    threshold = None
     for epoch in range(max(openings) + 1):
         trained = torch.tensor(sorted({i for b in batches if b.epoch == epoch - 1 for i in b.ids}), dtype=torch.long)
-        if epoch in openings and trained.numel():
-            seen = scores[~torch.isnan(scores)]
-            if quantile == "lower":
-                threshold = float(torch.sort(seen).values[math.ceil(q * seen.numel()) - 1])
-            else:
-                threshold = float(torch.quantile(seen.double(), q).float())
-            high = scores[trained] >= threshold
+        if epoch in openings:
+            seen = torch.sort(scores[~torch.isnan(scores)]).values
+            threshold = float(seen[math.ceil(q * seen.numel()) - 1]) if seen.numel() else None
+        if epoch in openings and trained.numel() and threshold is not None:
+            high = scores[trained] > threshold
             streak[trained] = torch.where(high, streak[trained] + 1, torch.zeros_like(streak[trained]))
         if epoch in openings:
-            out[epoch] = streak.clone()
+            above = scores > threshold if threshold is not None else torch.zeros(n, dtype=torch.bool)
+            excluded = {int(i) for i in torch.nonzero((streak >= epochs) & above).flatten()}
+            out[epoch] = GuardAtOpening(streak.clone(), threshold, excluded)
         for b in batches:
             if b.epoch == epoch:
                 scores[torch.tensor(b.ids)] = loss(torch.tensor(b.ids), epoch)

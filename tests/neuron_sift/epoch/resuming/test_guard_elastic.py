@@ -1,6 +1,7 @@
 """The noise guard on several ranks (threads, ``thread_runs.py``): its streaks follow the
-documented rule (the ``noise_guard_quantile`` of all ranks' scores) under both tables, each
-sifted plan leaves out exactly the samples whose streak reached ``noise_guard_epochs``, and a
+documented rule (above the ``noise_guard_quantile`` of all ranks' scores) under both tables,
+each sifted plan leaves out exactly the samples whose streak reached ``noise_guard_epochs``
+and whose score is above that quantile, and a
 run resumed at another world size (mid-epoch or after an epoch's end, once or twice) moves
 the streaks of every sample its epoch trained, before the checkpoint or after, wherever it
 trained: the uninterrupted run's streaks."""
@@ -8,27 +9,26 @@ trained: the uninterrupted run's streaks."""
 import pytest
 import torch
 
-from tests.neuron_sift.epoch.thread_runs import N, Stop, expected_streaks, segments, train
+from tests.neuron_sift.epoch.thread_runs import N, Stop, expected_guard, segments, train
 
 GUARD = {"noise_guard_epochs": 2, "noise_guard_quantile": 0.8, "warmup_epochs": 2}
 SIFTED = (2, 3)  # warm-up 0 and 1, sifted 2 and 3, annealing 4
 MOVES = (1, 2, 3)  # the openings that plan from scores: the guard moves there
-QUANTILE = {"replicated": "linear", "sharded": "lower"}  # torch.quantile; the merged summary's
 
 
 @pytest.mark.parametrize("name", ["replicated", "sharded"])
 @pytest.mark.parametrize("world", [2, 3])
 def test_streaks_follow_the_quantile_of_all_ranks_scores_and_plans_leave_those_out(monkeypatch, name, world):
     run = train(monkeypatch, world, {"score_table": name, **GUARD})
-    expected = expected_streaks(run.batches, list(MOVES), N, 0.8, QUANTILE[name])
+    expected = expected_guard(run.batches, list(MOVES), N, 0.8, 2)
     for e in MOVES:
-        assert torch.equal(run.by_id(e, "streaks").long(), expected[e]), e
+        assert torch.equal(run.by_id(e, "streaks").long(), expected[e].streaks), e
     for e in SIFTED:
-        out = {i for i in range(N) if expected[e][i] >= 2}
-        assert len(out) >= 10  # the guard leaves a fifth or so out
+        out = expected[e].excluded
+        assert 0 < len(out) <= 0.2 * N  # the guard leaves some out, at most a fifth
         assert not out & set(run.trained(e))  # none of them trained
         assert all(h[e]["excluded"] == len(out) for h in run.history), e
-    assert expected[1].max() == 1 and expected[2].max() == 2
+    assert expected[1].streaks.max() == 1 and expected[2].streaks.max() == 2
 
 
 CASES = {
@@ -52,11 +52,12 @@ def test_an_elastic_resume_keeps_the_uninterrupted_runs_streaks(monkeypatch, nam
     streaks = runs[-1].by_id(after, "streaks").long()
     assert torch.equal(streaks, whole.by_id(after, "streaks").long())
     batches = [b for r in runs for b in r.batches]
-    assert torch.equal(streaks, expected_streaks(batches, list(MOVES), N, 0.8, QUANTILE[name])[after])
+    expected = expected_guard(batches, list(MOVES), N, 0.8, 2)[after]
+    assert torch.equal(streaks, expected.streaks)
     # The case the resume must not miss: samples trained before the (last) checkpoint whose streaks moved.
     before = {i for r in runs[:-1] for i in r.trained(epoch)}
     at_start = whole.by_id(epoch, "streaks").long()
     assert any(streaks[i] != at_start[i] for i in before)
-    out = {i for i in range(N) if streaks[i] >= 2}  # the next sifted epoch leaves them out
+    out = expected.excluded  # the next sifted epoch leaves them out
     assert after in SIFTED and out and not out & set(runs[-1].trained(after))
     assert all(h[after]["excluded"] == len(out) for h in runs[-1].history)
