@@ -11,12 +11,16 @@ load. The envelope (``kind``, ``version``, the content's checksum, the refusals)
 ``neuron_sift.shared.checkpoints``.
 """
 
+import logging
 from typing import Any
 
 from neuron_sift.data_model.saved_batch import SavedBatch, to_cpu
 from neuron_sift.dataloader.parts import LoaderParts, PassPosition
 from neuron_sift.engine.state import SiftState
 from neuron_sift.shared.checkpoints import StateFormat
+from neuron_sift.shared.logs import LOADER_LOGGER
+
+logger = logging.getLogger(LOADER_LOGGER)
 
 PARTS = ("loader", "sift_state", "counts", "delay", "epoch", "agreement", "pending")
 
@@ -94,6 +98,20 @@ def restore_loader_state(sl: LoaderParts, state: dict[str, Any]) -> None:
         mine = getattr(sl.sift_config, key)
         if meta[key] != mine:
             raise ValueError(f"checkpoint has {key}={meta[key]!r} but this loader's config has {mine!r}")
+    saved_batch, batch = meta["batch_size"], sl.batch_size
+    if saved_batch is not None and batch is not None and saved_batch != batch:
+        raise ValueError(
+            f"checkpoint was taken with batch size {saved_batch}, this loader's source loader has batch size {batch}: "
+            f"the checkpoint's pending samples and emitted batches hold {saved_batch} samples each. Resume with the "
+            "source loader's batch size the checkpoint was saved with"
+        )
+    if meta.get("beta_value") is not None and meta["beta_value"] != sl.sift_config.beta_value:
+        logger.warning(
+            "SiftingDataloader: resumed a checkpoint taken with beta_value=%r under beta_value=%r: selections from "
+            "here on keep samples with the new one (the loss history, counters and pending samples stay valid)",
+            meta["beta_value"],
+            sl.sift_config.beta_value,
+        )
     pending = state["pending"]
     restored = 0 if pending is None else _saved_size(pending)
     if restored != int(state["counts"]["num_samples_pending"]):

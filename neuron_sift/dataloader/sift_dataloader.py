@@ -286,7 +286,10 @@ class SiftingDataloader:
         Mid-epoch, the next ``iter()`` skips the source batches the checkpoint had already
         consumed (they are still loaded, not scored), so the source loader must produce the
         same order again (e.g. a seeded sampler with ``set_epoch``). ``beta_value`` may
-        differ from the checkpoint's; the selection mode and history length may not.
+        differ from the checkpoint's (it shapes only the keep probabilities from then on, and
+        how often data-parallel ranks agree: every saved part stays valid under any beta), and
+        a warning names both values; the selection mode, history length and batch size may
+        not.
         Checkpoints of every earlier format version of this library load.
 
         Args:
@@ -295,8 +298,8 @@ class SiftingDataloader:
 
         Raises:
             ValueError: not a ``SiftingDataloader`` state (or of an unknown version), a state of
-                another rank or world size, a different selection mode or history length, or an
-                inconsistent state.
+                another rank or world size, a different selection mode, history length or batch
+                size, or an inconsistent state.
         """
         restore_loader_state(self, state)
         self.iterations.void_all()

@@ -194,3 +194,34 @@ def test_unknown_versions_are_refused_naming_the_versions():
     state["version"] = 3
     with pytest.raises(ValueError, match=r"version 3; readable versions: 1, 2 \(current 2\)"):
         loader.load_state_dict(state)
+
+
+def test_a_checkpoint_of_another_batch_size_is_refused_naming_both():
+    """In 0.8.0 the first resumed batch failed inside the batch transform (``Batch size 16 does
+    not match dimension 0 or 1 ...``), naming neither the checkpoint nor the fix."""
+    loader, sampler = make("probabilistic")
+    run(loader, sampler, stop_after=3)
+    state = loader.state_dict()
+    losses = torch.rand(N, generator=torch.Generator().manual_seed(1))
+    other = SiftingDataloader(
+        sift_config=loader.sift_config,
+        orig_dataloader=DataLoader(LossTableDataset(losses), batch_size=2 * B),
+        loss_impl=OracleLoss(),
+        model=tiny_model(),
+    )
+    with pytest.raises(
+        ValueError, match=f"taken with batch size {B}, this loader's source loader has batch size {2 * B}"
+    ):
+        other.load_state_dict(state)
+
+
+def test_a_changed_beta_resumes_with_a_warning_naming_both(caplog):
+    """beta shapes only the keep probabilities from then on: the run resumes, and says so."""
+    first, sampler = make("probabilistic", beta=1.0)
+    done, epoch = run(first, sampler, stop_after=5)
+    resumed, sampler = make("probabilistic", beta=2.0)
+    with caplog.at_level("WARNING"):
+        resumed.load_state_dict(first.state_dict())
+    assert any("beta_value=1.0 under beta_value=2.0" in r.getMessage() for r in caplog.records)
+    rest, _ = run(resumed, sampler, start_epoch=epoch)
+    assert rest and all(len(ids) == B for ids in rest)

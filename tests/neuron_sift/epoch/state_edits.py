@@ -133,6 +133,11 @@ BAD = {
     # the position in the epoch
     "position-past-the-plan": (R, put("progress", "position", value=lambda s: 999), POSITION + r".*got 999"),
     "position-negative": (R, put("progress", "position", value=lambda s: -5), POSITION + r".*got -5"),
+    "position-one-past-the-end": (  # the boundary: the end itself (every batch done) is valid
+        R,
+        put("progress", "position", value=lambda s: -(-len(order(s)) // BATCH) + 1),
+        POSITION + r".*got 5",
+    ),
     "position-as-float": (R, put("progress", "position", value=lambda s: 1.0), r"progress\.position must be an int"),
     "position-as-tensor": (
         R,
@@ -183,6 +188,11 @@ BAD = {
         put("progress", "plan", "order", value=entry(order, 0, N + 5)),
         r"progress\.plan\.order holds sample id 65, outside the dataset's 0\.\.59",
     ),
+    "order-id-equal-to-n": (  # the boundary: n itself is one past the last id
+        R,
+        put("progress", "plan", "order", value=entry(order, 0, N)),
+        r"progress\.plan\.order holds sample id 60, outside the dataset's 0\.\.59",
+    ),
     "order-id-negative": (
         R,
         put("progress", "plan", "order", value=entry(order, 0, -1)),
@@ -207,6 +217,11 @@ BAD = {
         R,
         put("progress", "plan", "weights", value=entry(weights, first_id, math.inf)),
         r"progress\.plan\.weights holds an infinite value",
+    ),
+    "weights-zero": (  # the boundary: a weight is 1 / keep probability, never 0
+        R,
+        put("progress", "plan", "weights", value=entry(weights, first_id, 0.0)),
+        r"progress\.plan\.weights holds 0\.0, must be > 0",
     ),
     "weights-negative": (
         R,

@@ -216,6 +216,14 @@ def test_user_settings_are_kept():
     assert set(seen_collate) == {10}
 
 
+def test_the_configs_seed_wins_over_the_dataloaders_generator():
+    """Two ways to seed the plans: the config's seed, when given, whatever generator the
+    DataLoader has (its seed is used only when the config has none)."""
+    dl = DataLoader(IdDataset(40), batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(77))
+    assert EpochSiftingDataloader({"seed": 5}, dl, num_epochs=3).seed == 5
+    assert EpochSiftingDataloader({}, dl, num_epochs=3).seed == 77
+
+
 def test_unsupported_sources_name_what_is_supported():
     class Stream(IterableDataset):
         def __iter__(self):

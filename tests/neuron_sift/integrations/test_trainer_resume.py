@@ -222,3 +222,17 @@ def test_gradient_accumulation_resumes_from_every_checkpoint_of_runs_ending_epoc
             assert resumed["global_step"] == r["global_step"], (accumulation, name)
             assert resumed["steps"] == r["full"][len(r["full"]) - len(resumed["steps"]) :], (accumulation, name)
             assert resumed["steps"] or name == f"checkpoint-{r['global_step']}", (accumulation, name)
+
+
+def test_each_process_writes_its_own_file_into_a_checkpoint(tmp_path):
+    """Process 1 of a Trainer writes ``epoch_sifting_rank1.pt``: were every process to write
+    under process 0's name, one file would hold one process's stream and every process would
+    resume it."""
+    trainer = resuming_trainer()
+    trainer.args.process_index = 1
+    trainer.epoch_sifting_stream = stream()
+    args = SimpleNamespace(output_dir=str(tmp_path))
+    trainer.checkpoints.callback().on_save(args, SimpleNamespace(global_step=7), None)
+    assert sorted(p.name for p in (tmp_path / "checkpoint-7").iterdir()) == [state_file("epoch_sifting", 1)]
+    saved = load_state(str(tmp_path / "checkpoint-7"), "epoch_sifting", 1)
+    assert saved["steps_per_epoch"] == 4

@@ -5,6 +5,7 @@ tells them apart."""
 
 import io
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -241,6 +242,14 @@ def test_any_change_of_type_shape_or_value_changes_the_checksum(change):
     change(state)
     with pytest.raises(ValueError, match=CHANGED):
         fmt.read(state)
+
+
+@pytest.mark.parametrize("make", [lambda v: torch.tensor([v]), lambda v: torch.tensor(v), lambda v: np.array([v])])
+def test_a_one_element_tensor_is_part_of_the_checksum(make):
+    """A single count or scalar kept as a tensor (a history's fill, a one-element vector on
+    XLA) is content like any other."""
+    assert content_checksum({"a": make(1.0)}) != content_checksum({"a": make(2.0)})
+    assert content_checksum({"a": make(0.0)}) != content_checksum({"a": make(-0.0)})
 
 
 def test_the_checksum_does_not_depend_on_the_order_of_keys():

@@ -25,6 +25,13 @@ def test_values_that_compare_equal_in_python_but_are_not_the_same_setting_differ
     assert line == "x differs between ranks: rank 0: True; rank 1: 1; rank 2: 1.0"
 
 
+def test_none_zero_false_and_an_empty_choice_are_four_settings():
+    """A setting left unset on one rank (None) and set to 0 on another do not agree."""
+    rows = torch.cat([settings_row([Setting("x", v)]) for v in (None, 0, False, 0.0)])
+    [(_, line)] = differences([Setting("x", None)], rows)
+    assert line == "x differs between ranks: rank 0: None; rank 1: 0; rank 2: False; rank 3: 0.0"
+
+
 def test_a_string_outside_its_choices_is_a_programming_error():
     with pytest.raises(TypeError, match="cannot compare 'other'"):
         encode(Setting("policy", "other", ("percentile", "below_mean")))

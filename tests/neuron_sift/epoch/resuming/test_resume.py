@@ -5,16 +5,19 @@ rank's states are resumed only when they were taken at one step."""
 import copy
 import functools
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader
 
 from neuron_sift import EpochSiftingDataloader
+from neuron_sift.epoch.planning.plan import EpochPlan
 from neuron_sift.shared.checkpoints import CHECKSUM
 from tests.helpers.state_roundtrip import roundtrip
 from tests.neuron_sift.epoch import thread_runs
 from tests.neuron_sift.epoch.helpers import IdDataset, Prefetcher, ids_of, oracle_loss
 from tests.neuron_sift.epoch.thread_runs import Stop, joined
+from tests.neuron_sift.shared.thread_dist import build_on_ranks
 
 EPOCHS = 6
 CFGS = [
@@ -238,3 +241,72 @@ def test_states_of_one_step_holding_different_plans_are_refused(table):
     del states[1][CHECKSUM]
     with pytest.raises(ValueError, match=r"the states hold different plans \(rank 0's and rank 1's\)"):
         one_rank(table).load_state_dict_from_ranks(states)
+
+
+# -- the edges a deliberate break of 0.8.0 went past (issue 39) -------------------------------
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_every_ranks_states_are_verified_by_their_checksums_at_another_world_size(table):
+    """``load_state_dict_from_ranks`` verifies every state it reads, as ``load_state_dict`` does:
+    another rank's state changed after it was written is refused, not merged."""
+    states = [copy.deepcopy(s) for s in stopped(table, 5).states]
+    states[1]["tables"]["nonfinite"] = 3  # the checksum kept: the content no longer matches it
+    with pytest.raises(ValueError, match="the state's content does not match its checksum"):
+        one_rank(table).load_state_dict_from_ranks(states)
+
+
+def test_a_replicated_plan_whose_order_differs_between_ranks_is_refused():
+    """Every rank of a replicated table holds the whole plan: the same ids in the same order."""
+    states = [copy.deepcopy(s) for s in stopped("replicated", 5).states]
+    order = states[1]["progress"]["plan"]["order"]
+    order[[0, 1]] = order[[1, 0]]  # the same ids, another order
+    del states[1][CHECKSUM]
+    with pytest.raises(ValueError, match=r"the states hold different plans \(rank 0's and rank 1's\)"):
+        one_rank("replicated").load_state_dict_from_ranks(states)
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_states_in_any_order_resume_as_in_rank_order(monkeypatch, table):
+    """The states say their ranks: given out of rank order they resume exactly as in order, at
+    another world size and at their own (each rank its own state)."""
+    states = stopped(table, 5).states
+    in_order, reversed_order = one_rank(table), one_rank(table)
+    in_order.load_state_dict_from_ranks([roundtrip(s) for s in states])
+    reversed_order.load_state_dict_from_ranks([roundtrip(s) for s in reversed(states)])
+    assert reversed_order.state_dict()[CHECKSUM] == in_order.state_dict()[CHECKSUM]
+
+    def own(rank):
+        dl = DataLoader(IdDataset(thread_runs.N), batch_size=thread_runs.BATCH, shuffle=True)
+        two = EpochSiftingDataloader({**thread_runs.CONFIG, "score_table": table}, dl, num_epochs=thread_runs.EPOCHS)
+        two.load_state_dict_from_ranks([roundtrip(s) for s in reversed(states)])
+        return two.state_dict()[CHECKSUM]
+
+    assert build_on_ranks(monkeypatch, 2, own) == [s[CHECKSUM] for s in states]
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_a_middle_ranks_position_that_differs_is_refused(table):
+    """Every rank's position is compared, not only the first's and the last's."""
+    states = [copy.deepcopy(s) for s in resumed_at_three(table, 1).states]
+    states[1]["progress"]["position"] = 2
+    del states[1][CHECKSUM]
+    with pytest.raises(ValueError, match=r"rank 0 at batch 1, rank 1 at batch 2, rank 2 at batch 1 \("):
+        one_rank(table).load_state_dict_from_ranks(states)
+
+
+def test_a_guests_unscored_entry_never_overwrites_its_owners_score():
+    """Three ranks resumed a sharded run and host guests; one guest's entry is unscored (NaN):
+    resumed again on one rank, the sample keeps its owner's score."""
+    states = [copy.deepcopy(s) for s in resumed_at_three("sharded", 1).states]
+    planner = one_rank("sharded").planner.as_rank(3, 0)
+    plan = EpochPlan.from_state(states[0]["progress"]["plan"])
+    guests = planner.guests_of(plan)
+    assert guests.size  # rank 0 hosts samples of other ranks
+    guest = int(np.unique(guests)[0])
+    states[0]["tables"]["scores"][planner.owner.owned] = float("nan")  # the first guest's slot
+    del states[0][CHECKSUM]
+    loader = one_rank("sharded")
+    loader.load_state_dict_from_ranks(states)
+    score = loader.tables.snapshot()[loader.planner.slots(np.array([guest]))]
+    assert not torch.isnan(score).any()  # the owner's score (every sample was scored in the warm-up)

@@ -75,7 +75,7 @@ def classifier_run(world: ThreadWorld, table: str):
     loader = EpochSiftingDataloader(config, DataLoader(data, batch_size=20, shuffle=True), EPOCHS)
     zeros = []
     for _ in range(EPOCHS):
-        for ids, x, y in loader:
+        for _ids, x, y in loader:
             per_sample = F.cross_entropy(model(x), y, reduction="none")
             zeros.append(float((per_sample == 0.0).float().mean()))
             optimizer.zero_grad()
