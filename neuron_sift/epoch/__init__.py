@@ -24,7 +24,8 @@ from neuron_sift.epoch.loader import EpochSiftingDataloader
 from neuron_sift.epoch.planning.plan import EpochPlan, PlanSettings
 from neuron_sift.epoch.planning.planner import EpochPlanner
 from neuron_sift.epoch.scores.sharded import ShardedPlanner
-from neuron_sift.epoch.selection.policy import keep_priorities, loss_weights, percentile_of_all, scale_to_count
+from neuron_sift.epoch.selection.policies import keep_priorities
+from neuron_sift.epoch.selection.policy import loss_weights, percentile_of_all, scale_to_count
 from neuron_sift.epoch.selection.quantiles import ScoreSummary, merge, percentiles, summarize, summarize_over_ranks
 
 __all__ = [

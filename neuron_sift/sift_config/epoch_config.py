@@ -149,9 +149,7 @@ class EpochSiftConfig:
         if self.kept_share is not None:
             return self.kept_share
         if self.policy == "percentile":
-            f, b = self.min_keep_probability, self.beta_value
-            cut = f ** (1.0 / b)  # percentiles below `cut` sit on the floor
-            return f * cut + (1.0 - cut ** (b + 1.0)) / (b + 1.0)
+            return percentile_expected_share(self.beta_value, self.min_keep_probability)
         return None
 
     def anneal_epochs(self, num_epochs: int | None) -> int:
@@ -159,6 +157,15 @@ class EpochSiftConfig:
         if num_epochs is None:
             return 0
         return int(math.floor(self.anneal_fraction * num_epochs + 1e-9))
+
+
+def percentile_expected_share(beta_value: float, min_keep_probability: float) -> float:
+    """``E[max(f, U ** beta)]`` for percentiles ``U`` uniform on (0, 1) and floor ``f``: the
+    percentile policy's expected kept share (the policy's entry, ``epoch/selection/policies.py``,
+    and ``expected_kept_share`` both read it here)."""
+    f, b = min_keep_probability, beta_value
+    cut = f ** (1.0 / b)  # percentiles below `cut` sit on the floor
+    return f * cut + (1.0 - cut ** (b + 1.0)) / (b + 1.0)
 
 
 def coerce_epoch_config(value: Any) -> EpochSiftConfig:

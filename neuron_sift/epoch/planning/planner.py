@@ -34,7 +34,8 @@ from neuron_sift.epoch.planning.plan import EpochPlan, PlanSettings, TrainedCoun
 from neuron_sift.epoch.planning.planner_state import check_planner_state
 from neuron_sift.epoch.selection.draws import epoch_seed, systematic_sample
 from neuron_sift.epoch.selection.guard import guard_would_exclude_all, quantile_of_table
-from neuron_sift.epoch.selection.policy import keep_priorities, loss_weights, scale_to_count
+from neuron_sift.epoch.selection.policies import epoch_policy
+from neuron_sift.epoch.selection.policy import loss_weights, scale_to_count
 from neuron_sift.epoch.user_data.sampling import support_checksum
 from neuron_sift.shared.state_checks import invalid, need_distinct
 from neuron_sift.shared.validation import positive_int
@@ -53,6 +54,7 @@ class EpochPlanner:
     def __init__(self, settings: PlanSettings) -> None:
         self.plan_settings = settings  # what the registry built it from (a rank of another world: ``as_rank``)
         self.config = settings.config
+        self.policy = epoch_policy(settings.config)  # the policy's entry: its priorities and expected share
         self.n = settings.n
         self.support = settings.support
         self.m = settings.n if settings.support is None else int(settings.support.shape[0])  # every count is of these
@@ -131,18 +133,15 @@ class EpochPlanner:
     def expected_count(self, epoch: int, scores: torch.Tensor | None = None) -> int:
         """Samples that epoch ``epoch`` trains on over all ranks: exact for full and budgeted
         epochs; for an unbudgeted sifted epoch, planned from ``scores`` when given (the
-        current table), else from the config's expected share (``below_mean`` without
-        scores: assumes half the scores below their mean)."""
+        current table), else from the policy's expected share (``policies.py``: an estimate for
+        ``below_mean``)."""
         if self.kind(epoch) != "sift":
             return self._whole(self.m)
         if self.config.kept_share is not None:
             return self.budget_count()
         if scores is not None and not bool(np.isnan(self._local(scores.detach().cpu().float().numpy())).all()):
             return self.free_count(float(self._priorities(scores).sum(dtype=np.float64)))
-        share = self.config.expected_kept_share()
-        if share is None:
-            share = 1.0 - 0.5 * self.config.prune_ratio
-        return self.free_count(share * self.m)
+        return self.free_count(self.policy.expected_share() * self.m)
 
     def epoch_batches(self, epoch: int) -> int:
         """This rank's batches of epoch ``epoch`` before it is planned (exact for full and
@@ -282,9 +281,7 @@ class EpochPlanner:
 
     def _priorities(self, scores: torch.Tensor) -> np.ndarray:
         """The policy's keep priorities of the support's samples (``[M]``), from their scores only."""
-        c = self.config
-        values = self._local(scores.detach().cpu().to(torch.float32).numpy())
-        return keep_priorities(values, c.policy, c.beta_value, c.min_keep_probability, c.prune_ratio)
+        return self.policy.priorities(self._local(scores.detach().cpu().to(torch.float32).numpy()))
 
     def plan(self, epoch: int, scores: torch.Tensor, excluded: torch.Tensor | None = None) -> EpochPlan:
         """The plan of epoch ``epoch`` (0-based) from ``scores`` (``[N]`` CPU, NaN = unscored)

@@ -44,7 +44,7 @@ from neuron_sift.epoch.planning.planner import EpochPlanner
 from neuron_sift.epoch.scores.ownership import Ownership
 from neuron_sift.epoch.selection.draws import epoch_seed, systematic_sample
 from neuron_sift.epoch.selection.guard import guard_would_exclude_all
-from neuron_sift.epoch.selection.policy import keep_priorities, loss_weights, scale_to_count
+from neuron_sift.epoch.selection.policy import loss_weights, scale_to_count
 from neuron_sift.epoch.selection.quantiles import KNOTS, ScoreSummary, quantile_value, summarize_over_ranks
 from neuron_sift.shared.ranks import RankGroup
 from neuron_sift.shared.state_checks import invalid, need_distinct
@@ -206,9 +206,7 @@ class ShardedPlanner(EpochPlanner):
         p = np.empty(own, dtype=np.float32)
         for at in range(0, own, CHUNK):  # elementwise given the summary: in chunks, a bounded transient
             part = slice(at, at + CHUNK)
-            p[part] = keep_priorities(
-                values[part], c.policy, c.beta_value, c.min_keep_probability, c.prune_ratio, summary
-            )
+            p[part] = self.policy.priorities(values[part], summary)
         unscored = np.isnan(values)
         mine_excluded = 0
         eligible = -1

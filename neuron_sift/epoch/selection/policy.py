@@ -1,6 +1,7 @@
-"""The epoch policy: scores -> keep probabilities -> inclusion probabilities -> loss weights.
+"""The epoch policy's arithmetic: scores -> keep probabilities -> inclusion probabilities -> loss weights.
 
-Pure functions, run by the planner on the host once per epoch (NumPy: a plan is a host
+Pure functions (each policy's rule is an entry of ``policies.py``, built from the config),
+run by the planner on the host once per epoch (NumPy: a plan is a host
 job, and there one ``argsort``, run-length tie handling on the sorted values and a
 water-filling by fixed-point iteration do the work in a few passes over the table). The
 planner (``planning/planner.py``) draws the kept set from the inclusion probabilities; the loader
@@ -54,42 +55,30 @@ def percentile_of_all(scores: np.ndarray) -> np.ndarray:
     return out
 
 
-def keep_priorities(
-    scores: np.ndarray,
-    policy: str,
-    beta_value: float = 1.0,
-    min_keep_probability: float = 0.05,
-    prune_ratio: float = 0.5,
-    summary: ScoreSummary | None = None,
+def percentile_priorities(
+    scores: np.ndarray, beta_value: float, min_keep_probability: float, summary: ScoreSummary | None = None
 ) -> np.ndarray:
-    """The policy's keep probability of every sample, before any budget: ``[N]`` float32.
+    """``max(min_keep_probability, percentile ** beta_value)``, the percentile among all recorded
+    scores with ties counting half (read off ``summary`` when given, within its rank error); 1
+    where never scored. float32."""
+    scores = np.asarray(scores, dtype=np.float32)
+    pct = percentile_of_all(scores) if summary is None else percentiles(summary, scores)
+    # In float64, rounded once: NumPy's float32 power is not correctly rounded and differs
+    # between builds (1.26 on AVX-512 even gives pct ** 1 != pct), so plans would too.
+    p = np.clip(np.power(pct.astype(np.float64), float(beta_value)), min_keep_probability, 1.0).astype(np.float32)
+    p[np.isnan(scores)] = 1.0
+    return p
 
-    ``scores``: ``[N]``, NaN where never scored (such a sample gets 1).
 
-    * ``percentile``: ``max(min_keep_probability, percentile ** beta_value)``, the
-      percentile among all recorded scores with ties counting half;
-    * ``below_mean``: ``1 - prune_ratio`` below the mean of the recorded scores, else 1.
-
-    ``summary``: the recorded scores are those it summarises (``selection/quantiles.py``: every
-    rank's, of which ``scores`` is one part); the percentile is read off it, within its
-    stated rank error, and the mean is its own. None: ``scores`` are all the scores (exact).
-    """
+def below_mean_priorities(scores: np.ndarray, prune_ratio: float, summary: ScoreSummary | None = None) -> np.ndarray:
+    """``1 - prune_ratio`` below the mean of the recorded scores (``summary``'s mean when given),
+    else 1; 1 where never scored. float32."""
     scores = np.asarray(scores, dtype=np.float32)
     seen = ~np.isnan(scores)
-    if policy == "percentile":
-        pct = percentile_of_all(scores) if summary is None else percentiles(summary, scores)
-        # In float64, rounded once: NumPy's float32 power is not correctly rounded and differs
-        # between builds (1.26 on AVX-512 even gives pct ** 1 != pct), so plans would too.
-        p = np.clip(np.power(pct.astype(np.float64), float(beta_value)), min_keep_probability, 1.0).astype(np.float32)
-    elif policy == "below_mean":
-        vals = scores[seen].astype(np.float64)
-        mean = vals.sum() / max(vals.shape[0], 1) if summary is None else summary.mean
-        below = seen & (np.where(seen, scores, 0).astype(np.float64) < mean)
-        p = np.where(below, np.float32(1.0 - prune_ratio), np.float32(1.0)).astype(np.float32)
-    else:
-        raise ValueError(f"unknown policy {policy!r}")
-    p[~seen] = 1.0
-    return p
+    vals = scores[seen].astype(np.float64)
+    mean = vals.sum() / max(vals.shape[0], 1) if summary is None else summary.mean
+    below = seen & (np.where(seen, scores, 0).astype(np.float64) < mean)
+    return np.where(below, np.float32(1.0 - prune_ratio), np.float32(1.0)).astype(np.float32)
 
 
 def scale_to_count(priorities: np.ndarray, count: float, forced: np.ndarray | None = None) -> np.ndarray:

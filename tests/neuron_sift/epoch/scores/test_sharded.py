@@ -15,7 +15,7 @@ from neuron_sift.epoch.planning.plan import PlanSettings
 from neuron_sift.epoch.planning.planner import EpochPlanner
 from neuron_sift.epoch.scores.ownership import Ownership
 from neuron_sift.epoch.scores.sharded import ShardedPlanner
-from neuron_sift.epoch.selection.policy import keep_priorities
+from neuron_sift.epoch.selection.policies import keep_priorities
 from neuron_sift.epoch.selection.quantiles import KNOTS
 from neuron_sift.shared.ranks import RankGroup
 from tests.neuron_sift.epoch.planning.test_planner import skewed_scores

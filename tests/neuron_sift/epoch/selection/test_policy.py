@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from neuron_sift import EpochSiftConfig, SiftConfigValidationException
-from neuron_sift.epoch.selection.policy import keep_priorities, loss_weights, percentile_of_all, scale_to_count
+from neuron_sift.epoch.selection.policies import keep_priorities
+from neuron_sift.epoch.selection.policy import loss_weights, percentile_of_all, scale_to_count
 from neuron_sift.sift_config.epoch_config import coerce_epoch_config
 
 NAN = float("nan")

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from neuron_sift.epoch.selection.policy import keep_priorities, percentile_of_all
+from neuron_sift.epoch.selection.policies import keep_priorities
+from neuron_sift.epoch.selection.policy import percentile_of_all
 from neuron_sift.epoch.selection.quantiles import merge, percentiles, summarize
 from tests.neuron_sift import torchrun
 from tests.neuron_sift.epoch.helpers import worker
