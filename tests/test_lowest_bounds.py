@@ -12,6 +12,8 @@ import textwrap
 
 import pytest
 
+from tests.helpers.subprocess_limits import LIMIT_S
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "scripts", "lowest_bounds.py")
 
@@ -144,7 +146,9 @@ def test_setup_py_every_direct_dependency_pinned_at_a_stated_bound_all_its_requi
 
 def test_script_runs_in_an_isolated_interpreter_from_any_folder(tmp_path):
     # -I: no user site, no PYTHON* variables, as in a fresh virtual environment's first pip call.
-    ran = subprocess.run([sys.executable, "-I", SCRIPT], capture_output=True, text=True, cwd=str(tmp_path), timeout=60)
+    ran = subprocess.run(
+        [sys.executable, "-I", SCRIPT], capture_output=True, text=True, cwd=str(tmp_path), timeout=LIMIT_S
+    )
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout == lowest_bounds.constraints(os.path.join(ROOT, "setup.py"))
     assert "torch" in pins(ran.stdout) and "numpy" in pins(ran.stdout)

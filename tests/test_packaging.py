@@ -7,6 +7,8 @@ import zipfile
 
 import pytest
 
+from tests.helpers.subprocess_limits import LIMIT_S
+
 ROOT = os.path.dirname(os.path.dirname(__file__))
 
 
@@ -64,7 +66,7 @@ def legs_python_versions():
     """The Python version of every leg scripts/test.sh runs by default (its legs' own settings,
     scripts/_legs.sh, asked through bash)."""
     script = 'source scripts/_legs.sh && for leg in $ALL_LEGS; do leg_settings "$leg" && echo "$PY_VERSION"; done'
-    out = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=LIMIT_S, check=True)
     versions = out.stdout.split()
     assert versions, out.stderr
     return versions

@@ -7,13 +7,14 @@ import sys
 from pathlib import Path
 
 import neuron_sift
+from tests.helpers.subprocess_limits import LIMIT_S
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_setup_py_declares_the_package_version():
     proc = subprocess.run(
-        [sys.executable, "setup.py", "--version"], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "setup.py", "--version"], cwd=ROOT, capture_output=True, text=True, timeout=LIMIT_S
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == neuron_sift.__version__

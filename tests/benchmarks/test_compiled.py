@@ -15,6 +15,7 @@ import torch
 from benchmarks.core import runner, tasks
 from benchmarks.core.compiled import graphs_compiled
 from benchmarks.measurement.environment import setup_backend
+from tests.helpers.subprocess_limits import LIMIT_S
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -92,7 +93,7 @@ def _suite(out: Path, *backend: str) -> dict[str, dict]:
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=LIMIT_S,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return {r["arm"]: r for r in map(json.loads, (out / "runs.jsonl").read_text().splitlines())}
@@ -123,7 +124,7 @@ def test_a_compiled_language_model_run_compiles_nothing_while_its_clock_runs(tmp
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=LIMIT_S,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     records = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]

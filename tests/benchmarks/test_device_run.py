@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.subprocess_limits import LIMIT_S
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "device_run.sh"
 
@@ -21,7 +23,7 @@ def _device_run(out: Path, **env: str) -> subprocess.CompletedProcess:
         cwd=out,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=LIMIT_S,
         env={**os.environ, "DEVICE_RUN_OUT": str(out), "PYTHON": sys.executable, **env},
     )
 

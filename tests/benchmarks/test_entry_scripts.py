@@ -14,6 +14,7 @@ import pytest
 
 from benchmarks import suite
 from benchmarks.core import tasks
+from tests.helpers.subprocess_limits import LIMIT_S
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "benchmarks"
@@ -70,7 +71,7 @@ def test_every_module_imports_in_a_fresh_interpreter():
         "        failed[name] = traceback.format_exc()\n"
         "print(json.dumps(failed))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=LIMIT_S)
     assert proc.returncode == 0, proc.stderr
     failed = json.loads(proc.stdout.strip().splitlines()[-1])
     assert not failed, "\n".join(f"{name}:\n{tb}" for name, tb in failed.items())
@@ -91,7 +92,7 @@ def test_entry_script_runs_as_a_file_from_another_folder(script, tmp_path):
     """``python benchmarks/<script>.py``, the documented command, also where the checkout is
     not the working folder: the script puts the checkout on the path for ``benchmarks``."""
     proc = subprocess.run(
-        [sys.executable, str(BENCH / script), "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        [sys.executable, str(BENCH / script), "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=LIMIT_S
     )
     assert proc.returncode == 0, proc.stderr
     assert "usage:" in proc.stdout
@@ -99,7 +100,7 @@ def test_entry_script_runs_as_a_file_from_another_folder(script, tmp_path):
 
 def test_suite_runs_as_a_module_of_the_package():
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.suite", "--help"], cwd=REPO, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "benchmarks.suite", "--help"], cwd=REPO, capture_output=True, text=True, timeout=LIMIT_S
     )
     assert proc.returncode == 0, proc.stderr
     assert "usage: suite.py" in proc.stdout and "--clock" in proc.stdout
@@ -164,7 +165,7 @@ def test_scoring_trace_runs_one_call_of_the_cnn():
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=LIMIT_S,
         env={**os.environ, "PJRT_DEVICE": "CPU"},
     )
     assert proc.returncode == 0, proc.stderr

@@ -16,6 +16,7 @@ import torch
 from benchmarks import lm_suite, suite
 from benchmarks.arms.selective_backprop import is_active, keep_count, select, selection_probabilities
 from benchmarks.core.lm_corpus import HELDOUT_EVERY, corpus_files, read_corpus, stream_order
+from tests.helpers.subprocess_limits import LIMIT_S
 
 REPO = Path(__file__).resolve().parents[2]
 ARMS = "lm-full,lm-full@0.4,lm-uniform,lm-sift-probabilistic,lm-sift-fixed-b2,lm-selective-backprop,lm-sift-probabilistic-bf16"
@@ -33,7 +34,7 @@ def test_a_tiny_run_pairs_every_arm_with_full_and_accounts_for_its_costs(tmp_pat
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=LIMIT_S,
     )
     assert proc.returncode == 0, proc.stderr
     runs = _records(tmp_path)

@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+from tests.helpers.subprocess_limits import LIMIT_S
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
 
@@ -20,7 +22,7 @@ def test_memory_benchmark_runs_and_reports(tmp_path):
         "--json",
         str(out),
     ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=LIMIT_S, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["mode"] for r in records] == ["probabilistic", "fixed"]

@@ -21,6 +21,7 @@ from benchmarks.arms import frontier, infobatch, per_batch
 from benchmarks.core import fairness, runner, tasks
 from benchmarks.measurement.environment import setup_backend
 from benchmarks.measurement.options import default_clock
+from tests.helpers.subprocess_limits import LIMIT_S
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "benchmarks"
@@ -29,7 +30,7 @@ MACHINERY = BENCH / "machinery.py"
 ARMS = ["full@0.4", "full@0.6", "full@0.8", "full", "uniform", "sift-probabilistic", "sift-fixed", "infobatch"]
 
 
-def run(script, *args, timeout=180):
+def run(script, *args, timeout=LIMIT_S):
     return subprocess.run(
         [sys.executable, str(script), *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
     )

@@ -10,9 +10,11 @@ import sys
 
 import pytest
 
+from tests.helpers.subprocess_limits import LIMIT_S
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 WORKER = os.path.join(os.path.dirname(__file__), "ddp_worker.py")  # both modes' DDP worker
-TIMEOUT_S = 240  # a hang fails the test instead of blocking CI
+TIMEOUT_S = LIMIT_S  # a hang fails the test instead of blocking CI
 
 
 def free_port() -> int:

@@ -17,6 +17,7 @@ from neuron_sift import RelativeProbabilisticSiftConfig, SiftingDataloader
 from neuron_sift.backends import EagerBackend, resolve_backend
 from neuron_sift.backends.eager import default_compile_backend
 from neuron_sift.engine.sifter import Sifter
+from tests.helpers.subprocess_limits import LIMIT_S
 from tests.neuron_sift.backends.selections import assert_same_selections, per_epoch_ids
 from tests.neuron_sift.dataloader.fakes import OracleLoss, loss_table_loader
 
@@ -43,7 +44,7 @@ def test_a_renamed_privateuse1_device_resolves_like_torchneuron():
         "c = resolve_backend(torch.device('neuron:0'), 'compiled');"
         "assert c.compile_backend == 'neuron', c.compile_backend"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=LIMIT_S)
     assert done.returncode == 0, done.stderr[-2000:]
 
 

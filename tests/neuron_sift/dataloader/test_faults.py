@@ -10,6 +10,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from neuron_sift import RelativeProbabilisticSiftConfig, SiftingDataloader
+from tests.helpers.subprocess_limits import LIMIT_S
 
 
 def _xla_device():
@@ -198,7 +199,7 @@ def test_crashing_worker_surfaces_and_does_not_hang():
         raise SystemExit("no error")
         """
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=LIMIT_S)
     both = done.stdout + done.stderr
     # DataLoader reports a dead worker from a SIGCHLD handler, which can raise its
     # RuntimeError a second time, anywhere, even inside the except block above: either way

@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from neuron_sift import RelativeProbabilisticSiftConfig, SiftingDataloader
 from tests.helpers.state_roundtrip import roundtrip
+from tests.helpers.subprocess_limits import LIMIT_S
 from tests.neuron_sift.dataloader.fakes import LossTableDataset, OracleLoss, tiny_model
 
 N, B, EPOCHS = 230, 16, 3  # 230 % 16 = 6: a short last batch every epoch
@@ -145,7 +146,7 @@ def test_resume_in_a_fresh_process(tmp_path):
         """
     )
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=300)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=LIMIT_S)
     assert done.returncode == 0, done.stderr[-2000:]
     import json
 

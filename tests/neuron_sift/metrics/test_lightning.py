@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from neuron_sift import Loss, RelativeProbabilisticSiftConfig, SiftingDataloader
 from neuron_sift.integrations.schedules import ExactLengthLoader
 from neuron_sift.metrics.lightning import TrainingMetricsRecorder
+from tests.helpers.subprocess_limits import LIMIT_S
 from tests.neuron_sift.integrations.readme_examples import example
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -350,7 +351,7 @@ print("ok")
         [sys.executable, "-c", code],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=LIMIT_S,
         cwd=Path(__file__).resolve().parents[3],
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]

@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from neuron_sift import EpochSiftingDataloader
 from tests.helpers.state_roundtrip import roundtrip
+from tests.helpers.subprocess_limits import LIMIT_S
 from tests.neuron_sift.epoch.helpers import ROOT, IdDataset, Prefetcher, oracle_loss, version_1_state
 
 N, BATCH, EPOCHS = 90, 8, 4  # full epochs: 12 batches (the last of 2); sifted ones about 6
@@ -196,7 +197,7 @@ def test_a_run_without_a_seed_resumes_in_a_new_process(tmp_path):
     args = [str(tmp_path / "checkpoint.pt"), str(tmp_path / "out.json"), str(torch.get_num_threads())]
     env = dict(os.environ, PYTHONPATH=ROOT)
     done = subprocess.run(
-        [sys.executable, "-c", code, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", code, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=LIMIT_S
     )
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads((tmp_path / "out.json").read_text())
