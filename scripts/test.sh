@@ -3,7 +3,7 @@
 # environment created on first use (scripts/_env.sh); the legs are named in scripts/_legs.sh:
 #   reference  Python 3.11, torch 2.9.0 + torch-xla, the newest Hugging Face stack: ruff, mypy, every test
 #   neuron     Python 3.12, Neuron's PyTorch/XLA training container's stack: every test but the docs site
-#   oldest     Python 3.10, the lowest versions the metadata admits: every test but docs and streaming
+#   oldest     Python 3.10, the lowest versions the metadata admits: every test but docs, streaming and finetune
 #   newest     Python 3.13, the newest torch on the index: every test that does not need torch-xla or streaming
 # LEGS="reference" (or "neuron oldest", ...) runs only those legs; extra arguments go to pytest
 # in every leg. A leg's failure does not stop the others; the exit status is non-zero if any
@@ -70,6 +70,7 @@ print(sys.version.split()[0], torch.__version__, version("torch_xla"), version("
         if [ "$HAS_XLA" = 1 ]; then export NEURON_SIFT_REQUIRE_XLA=1; else deselect+=("not xla"); fi
         if [ "$HAS_DOCS" = 1 ]; then export NEURON_SIFT_REQUIRE_DOCS=1; else deselect+=("not docs"); fi
         if [ "$HAS_STREAMING" = 1 ]; then export NEURON_SIFT_REQUIRE_STREAMING=1; else deselect+=("not streaming"); fi
+        if [ "$HAS_FINETUNE" = 1 ]; then export NEURON_SIFT_REQUIRE_FINETUNE=1; else deselect+=("not finetune"); fi
         if ! "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then
             deselect+=("not cuda")  # no CUDA device here
         fi

