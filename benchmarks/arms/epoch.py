@@ -16,7 +16,10 @@ are the sweep of ``README.md``, "Epoch-level sifting"):
 * ``epoch-pct-b{beta}-f{floor}``: percentile policy, beta and floor;
 * ``epoch-bm-r{ratio}``: below_mean (InfoBatch's rule), prune ratio;
 * ``epoch-pct-k{share}``, ``epoch-bm-k{share}``: the budget form, kept share per epoch;
-* ``epoch-pct-w{warm}-a{anneal}``: warm-up epochs and annealing fraction around percentile.
+* ``epoch-pct-w{warm}-a{anneal}``: warm-up epochs and annealing fraction around percentile;
+* ``epoch-nostart``, ``epoch-start{t}``: the default without the start rule (0.8.0's), with
+  another threshold; ``epoch-auto{s}``: the automatic budget (``max_pruned_share``);
+  ``epoch-ema{s}``: smoothed scores (``score_smoothing``).
 """
 
 from collections.abc import Callable
@@ -35,7 +38,7 @@ def train_epoch_sifted(ctx: ArmContext, config: dict) -> dict:
         ctx.dataset, batch_size=ctx.task.batch_size, shuffle=True, generator=torch.Generator().manual_seed(ctx.seed)
     )
     loader = EpochSiftingDataloader(EpochSiftConfig(seed=ctx.seed, **config), source, num_epochs=ctx.epochs)
-    budget = config.get("kept_share") is not None
+    budget = loader.length_is_exact  # the run's steps known now; else each epoch's, when it is planned
     sched = ctx.step_schedule(loader.planned_steps()) if budget else ctx.epoch_schedule(ctx.epochs)
 
     def weighted(ids: torch.Tensor, per_sample: torch.Tensor) -> torch.Tensor:
@@ -90,6 +93,12 @@ def register_arms(register: Callable[..., Callable]) -> None:
         add(f"epoch-pct-k{share:g}-a{anneal:g}", policy="percentile", kept_share=share, anneal_fraction=anneal)
     for warm, anneal in [(0, 0.125), (2, 0.125), (1, 0.0), (1, 0.25)]:
         add(f"epoch-pct-w{warm}-a{anneal:g}", policy="percentile", warmup_epochs=warm, anneal_fraction=anneal)
+    # the start rule, the automatic budget and smoothed scores against the default's
+    add("epoch-nostart", **{**EPOCH_ARM_SETTING, "start_rank_correlation": None})
+    for threshold in (0.3, 0.7):
+        add(f"epoch-start{threshold:g}", **{**EPOCH_ARM_SETTING, "start_rank_correlation": threshold})
+    add("epoch-auto0.6", **{**EPOCH_ARM_SETTING, "kept_share": None, "max_pruned_share": 0.6})
+    add("epoch-ema0.5", **{**EPOCH_ARM_SETTING, "score_smoothing": 0.5})
     for epochs_high, q in [(2, 0.8), (2, 0.9), (3, 0.8)]:
         add(
             f"epoch-guard-g{epochs_high}-q{q:g}",

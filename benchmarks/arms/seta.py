@@ -150,7 +150,8 @@ class SeTaSampler(PlannedSubsetSampler):
 
 def seta_arm(r: float, g: int, w: float) -> Callable[[ArmContext], dict]:
     def arm(ctx: ArmContext) -> dict:
-        phases = Phases.of(EpochSiftConfig(**EPOCH_ARM_SETTING), ctx.epochs)
+        # the epoch arm's warm-up and annealing, not the library's start rule: SeTa's own rule has none
+        phases = Phases.of(EpochSiftConfig(**{**EPOCH_ARM_SETTING, "start_rank_correlation": None}), ctx.epochs)
         sampler = SeTaSampler(len(ctx.dataset), ctx.order, phases, ctx.seed, r, g, w, ctx.device)
         trained = train_planned(ctx, sampler, ctx.epoch_schedule(ctx.epochs), by_epoch=True)
         return {

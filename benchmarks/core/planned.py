@@ -51,7 +51,11 @@ class Phases:
 
     @classmethod
     def of(cls, config: EpochSiftConfig, epochs: int) -> "Phases":
-        warmup = min(max(1, config.warmup_epochs), epochs)  # the library never sifts epoch 0: it has no scores
+        """The library's phases of ``config``: epoch 0 never sifts (it has no scores), and with
+        the start rule on neither does epoch 1 (its scores have nothing to compare with yet).
+        Further epochs the rule holds depend on the scores: an arm without any pays none."""
+        first = 2 if config.start_rank_correlation is not None else 1
+        warmup = min(max(first, config.warmup_epochs), epochs)
         return cls(epochs, warmup, max(warmup, epochs - config.anneal_epochs(epochs)))
 
     def kind(self, epoch: int) -> str:

@@ -17,7 +17,6 @@ package's envelope (``resuming/state_layout.py``); ``metrics()`` is
 ``running/loader_metrics.py``'s snapshot of them.
 """
 
-import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -34,14 +33,15 @@ from neuron_sift.epoch.resuming.state_layout import STATE_VERSION
 from neuron_sift.epoch.running.history import EpochHistory
 from neuron_sift.epoch.running.loader_metrics import epoch_report
 from neuron_sift.epoch.running.opening import EpochOpener
-from neuron_sift.epoch.running.pairing import PairingQueue, as_per_sample
+from neuron_sift.epoch.running.pairing import PairingQueue
 from neuron_sift.epoch.running.progress import EpochProgress
+from neuron_sift.epoch.running.recording import LossRecorder
 from neuron_sift.epoch.score_table import score_table
 from neuron_sift.epoch.scores.tables import ScoreTables
 from neuron_sift.epoch.selection.guard import NoiseGuard
+from neuron_sift.epoch.selection.start_rule import StartRule
 from neuron_sift.epoch.user_data.sampling import read_sampling
 from neuron_sift.epoch.user_data.source_loader import PlannedBatchSampler, inspect_source, rebuild
-from neuron_sift.exceptions import LossOutputException
 from neuron_sift.shared.ranks import RankGroup
 from neuron_sift.shared.validation import positive_int
 from neuron_sift.sift_config.epoch_config import coerce_epoch_config
@@ -119,24 +119,31 @@ class EpochSiftingDataloader:
         )
         self.planner, self.shares = parts.planner, parts.shares
         check_planned_counts(self.planner)  # after the settings agreement: every rank refuses together
-        self.tables = ScoreTables(self.planner.table_size)
+        self.tables = ScoreTables(self.planner.table_size, self.sift_config.score_smoothing)
         self.backend: Backend | None = None
         if dev is not None:
             self._place(dev)
         self.pairing = PairingQueue(lookahead)
         self.guard = NoiseGuard(self.sift_config, self.planner.table_size, self.planner.score_quantile)
+        self.start = StartRule(
+            self.sift_config, self.planner.owned_entries, self.planner.score_percentiles, self.planner.sum_over_ranks
+        )
         # The record of epochs, read as the list of its entries; kept shares are of the samples plans draw from.
         self.history = EpochHistory(self.planner.m)
         self._sampler = PlannedBatchSampler()
         self._loader = rebuild(orig_dataloader, self._info, self._sampler)
-        self.opener = EpochOpener(self.planner, self.tables, self.shares, self.guard, self.history)
+        self.opener = EpochOpener(self.planner, self.tables, self.shares, self.guard, self.start, self.history)
         self.progress = EpochProgress(self._loader, self._sampler, self.planner, self.opener, self.pairing)
+        self.recorder = LossRecorder(
+            self.pairing, self.planner, self.tables, self.shares, self.progress, self.history, self._backend_for
+        )
         self._parts = LoaderParts(
             self.planner,
             self.progress,
             self.tables,
             self.shares,
             self.guard,
+            self.start,
             self.pairing,
             self.history,
             self.opener,
@@ -184,8 +191,11 @@ class EpochSiftingDataloader:
     @property
     def length_is_exact(self) -> bool:
         """Whether ``len()`` and ``planned_steps()`` are exact before each epoch starts: with a
-        budget (``kept_share``), or when no epoch of ``num_epochs`` is sifted."""
-        return self.sift_config.kept_share is not None or not self.planner.sifts()
+        budget (``kept_share``) and without the start rule (which decides at each sifted
+        epoch's opening whether it prunes), or when no epoch of ``num_epochs`` is sifted."""
+        if not self.planner.sifts():
+            return True
+        return self.sift_config.has_budget and self.sift_config.start_rank_correlation is None
 
     def __len__(self) -> int:
         """This rank's batches of the current epoch while it runs (the remaining ones when a
@@ -237,9 +247,14 @@ class EpochSiftingDataloader:
 
     # -- the loss ------------------------------------------------------------------------
 
-    def _place(self, device: torch.device) -> None:
+    def _place(self, device: torch.device) -> Backend:
         self.backend = resolve_backend(device, self._backend_name)
         self.tables.place(self.backend)
+        return self.backend
+
+    def _backend_for(self, device: torch.device) -> Backend:
+        """The backend, placed on ``device`` with the first losses."""
+        return self.backend or self._place(device)
 
     def weighted_loss(self, per_sample: torch.Tensor, *, partial: bool = False) -> torch.Tensor:
         """Record ``per_sample`` (one loss per sample of the oldest batch still waiting) as the
@@ -261,23 +276,19 @@ class EpochSiftingDataloader:
             LossOutputException: a wrong shape, length, dtype or device, or no yielded batch is
                 waiting (``running/pairing.py``).
         """
-        start = time.perf_counter()
-        per_sample = as_per_sample(per_sample)
-        device = per_sample.device
-        if self.backend is None:
-            self._place(device)
-        elif not self.backend.same_device(device, self.backend.device):
-            raise LossOutputException(
-                f"weighted_loss got losses on {device} but the score tables live on {self.tables.device}"
-            )
-        taken = self.pairing.take(per_sample, per_sample.shape[0], partial)
-        slots = self.planner.slots(taken.ids)  # the ids themselves, or this rank's slots of a sharded table
-        out = self.tables.weighted_mean(slots, per_sample, taken.epoch, taken.batch_size)
-        if taken.epoch != self.progress.current_epoch:  # a batch carried from the previous epoch
-            self.shares.carried_over(taken.ids)
-        self.progress.recorded(taken.epoch, taken.done)
-        self.history.spent("weighted_loss", time.perf_counter() - start)
-        return out
+        return self.recorder.weighted(per_sample, partial)
+
+    def weighted_batch_loss(self, batch_loss: torch.Tensor) -> torch.Tensor:
+        """For a loss with no per-sample value (InfoNCE, other contrastive losses): score every
+        sample of the oldest waiting batch by the moving average of the batch losses (0-dim) it
+        appeared in, and return ``batch_loss`` times the batch's mean loss weight: an
+        approximation (``running/recording.py``).
+
+        Raises:
+            LossOutputException: not a 0-dim floating tensor, another device than the tables',
+                or no yielded batch is waiting.
+        """
+        return self.recorder.weighted_batch(batch_loss, self.sift_config.score_smoothing)
 
     def skip_batch(self) -> None:
         """Leave the oldest batch still waiting for its losses out: it gets none (its samples
@@ -285,17 +296,14 @@ class EpochSiftingDataloader:
         for the epoch's position and a checkpoint, and ``counts["batches_skipped"]`` counts it.
 
         Call it where the loop moves past a batch without ``weighted_loss`` (a non-finite loss
-        it will not step on, a batch it filters out): ``loader.skip_batch(); continue``. Why it
-        is needed: the losses carry no ids, so the next call would pair with the skipped
-        batch's samples; once the loop's look-ahead is known (``running/pairing.py``), the loader
-        catches that at the next yield (the loop then holds more batches without losses than
-        its look-ahead) and raises ``LossOutputException`` there, before any loss goes to the
-        wrong samples.
+        it will not step on, a batch it filters out): ``loader.skip_batch(); continue``. Why:
+        the losses carry no ids, so the next call would pair with the skipped batch's samples
+        (``running/pairing.py`` catches that at the next yield, before any loss is misplaced).
 
         Raises:
             LossOutputException: no yielded batch is waiting.
         """
-        self.progress.recorded(self.pairing.skip(), True)
+        self.recorder.skip()
 
     # -- checkpoints ---------------------------------------------------------------------
 

@@ -33,6 +33,14 @@ def score_writes(
     return slots, values, (~finite).sum()
 
 
+def smoothed(previous: torch.Tensor, values: torch.Tensor, smoothing: float) -> torch.Tensor:
+    """A moving average of each sample's losses: ``smoothing * value + (1 - smoothing) *
+    previous`` where the sample has a previous score, the value itself where it has none
+    (NaN). Elementwise, float32; ``smoothing`` in (0, 1]."""
+    mixed = values * smoothing + previous * (1.0 - smoothing)
+    return torch.where(torch.isnan(previous), values, mixed)
+
+
 def record_scores(table: torch.Tensor, ids: torch.Tensor, losses: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The table with ``losses`` written at ``ids`` (non-finite ones to the trash slot), and
     the number of non-finite losses. ``table``: ``[N + 1]`` float32 (see ``score_writes``)."""

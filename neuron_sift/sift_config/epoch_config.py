@@ -82,6 +82,29 @@ class EpochSiftConfig:
     warning. This deliberately changes the objective (those samples no longer count) and is
     not unbiased for them; see the docs' How sifting works (Label noise: the guard).
 
+    ``start_rank_correlation`` (default 0.5; None: off): the start rule. A sifted epoch prunes
+    only when the scores carry information: when the Spearman rank correlation between the
+    scores of the samples the last epoch trained, before it and after it, is at least this;
+    otherwise it trains every sample (kind ``held``, recorded with the correlation in the
+    history and ``metrics()``). The first epoch with scores to plan from has nothing to
+    compare them with and always trains every sample, so pruning starts at the third epoch
+    at the earliest. With the rule on, how many samples a sifted epoch trains is known only
+    when it opens: ``len()`` and ``planned_steps()`` count later sifted epochs as pruning
+    (``length_is_exact`` is False); see the docs' How sifting works (The start rule).
+
+    ``max_pruned_share`` (None: off; instead of ``kept_share``): the automatic budget, for
+    schedules of any length. A sifted epoch with ``p`` sifted epochs left (itself included)
+    keeps ``1 - max_pruned_share * p / (p + 1)`` of the samples: the last one prunes half of
+    ``max_pruned_share``, a long schedule's early ones nearly all of it, so a short fine-tune
+    prunes less than a long run (a sample left out of an epoch has fewer epochs left to come
+    back in). Counts are exact per epoch, as with ``kept_share``.
+
+    ``score_smoothing`` (None: off): a sample's score is the moving average of its training
+    losses, each new loss weighted ``score_smoothing`` (in (0, 1]; 1 is the last loss, as
+    without it): a score less tied to the one epoch it was last trained in.
+    ``weighted_batch_loss`` (losses with no per-sample value) averages with it too, 0.5 when
+    it is None.
+
     ``score_table`` (default ``"replicated"``): where the scores live under data parallelism.
     ``"replicated"``: every rank holds all ``N`` scores and the whole plan, the ranks merge
     their tables once per epoch and plan exactly (one sort of all scores). ``"sharded"``: rank
@@ -108,6 +131,9 @@ class EpochSiftConfig:
     noise_guard_epochs: int = 0
     noise_guard_quantile: float = 0.8
     score_table: str = "replicated"
+    start_rank_correlation: float | None = 0.5
+    score_smoothing: float | None = None
+    max_pruned_share: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.policy, str) or self.policy not in EPOCH_POLICIES:
@@ -134,10 +160,39 @@ class EpochSiftConfig:
         self.noise_guard_quantile = _check_real(
             "noise_guard_quantile", self.noise_guard_quantile, 0.0, 1.0, low_open=True, high_open=True
         )
+        if self.max_pruned_share is not None:
+            self.max_pruned_share = _check_real(
+                "max_pruned_share", self.max_pruned_share, 0.0, 1.0, low_open=True, high_open=True
+            )
+            if self.kept_share is not None:
+                fail(_OWNER, "max_pruned_share", "sets the budget automatically: give it or kept_share, not both")
+        if self.score_smoothing is not None:
+            self.score_smoothing = _check_real("score_smoothing", self.score_smoothing, 0.0, 1.0, low_open=True)
+        if self.start_rank_correlation is not None:
+            self.start_rank_correlation = _check_real(
+                "start_rank_correlation", self.start_rank_correlation, -1.0, 1.0, low_open=True
+            )
 
     @classmethod
     def from_dict(cls, value: Mapping[str, Any]) -> "EpochSiftConfig":
         return from_mapping(cls, _OWNER, value)
+
+    @property
+    def has_budget(self) -> bool:
+        """Whether sifted epochs keep an exact count: ``kept_share`` or ``max_pruned_share``."""
+        return self.kept_share is not None or self.max_pruned_share is not None
+
+    def budget_share(self, sifted_left: int | None) -> float | None:
+        """The share a budgeted sifted epoch keeps: ``kept_share``, or the automatic one with
+        ``sifted_left`` sifted epochs left, itself included (None: an unbounded run); None
+        without a budget."""
+        if self.kept_share is not None:
+            return self.kept_share
+        if self.max_pruned_share is None:
+            return None
+        if sifted_left is None:
+            return 1.0 - self.max_pruned_share
+        return 1.0 - self.max_pruned_share * sifted_left / (sifted_left + 1)
 
     def expected_kept_share(self) -> float | None:
         """The expected kept share of a sifted epoch, where it does not depend on the scores.

@@ -28,12 +28,19 @@ def test_both_arms_are_registered_as_default_arms_and_the_aggressive_seta_is_not
 
 
 def test_phases_are_the_epoch_arms():
+    """The epoch arm's start rule always holds the first epoch with scores (epoch 1): the
+    phases count it with the warm-up; without the rule (SeTa's) only epoch 0 is."""
     config = EpochSiftConfig(**EPOCH_ARM_SETTING)
-    assert Phases.of(config, EPOCHS) == Phases(EPOCHS, 1, 7)
-    assert Phases.of(config, 32) == Phases(32, 1, 28)
+    assert Phases.of(config, EPOCHS) == Phases(EPOCHS, 2, 7)
+    assert Phases.of(config, 32) == Phases(32, 2, 28)
+    ruleless = EpochSiftConfig(**{**EPOCH_ARM_SETTING, "start_rank_correlation": None})
+    assert Phases.of(ruleless, EPOCHS) == Phases(EPOCHS, 1, 7)
     assert [Phases(EPOCHS, 1, 7).kind(e) for e in (0, 1, 6, 7)] == ["warmup", "sift", "sift", "anneal"]
     assert (
-        Phases.of(EpochSiftConfig(**{**EPOCH_ARM_SETTING, "warmup_epochs": 0}), 4).warmup == 1
+        Phases.of(
+            EpochSiftConfig(**{**EPOCH_ARM_SETTING, "warmup_epochs": 0, "start_rank_correlation": None}), 4
+        ).warmup
+        == 1
     )  # epoch 0 is never sifted
 
 
@@ -183,7 +190,7 @@ def tiny_runs():
 
 def test_dynamic_random_costs_what_the_epoch_arm_costs(tiny_runs):
     ep, rnd = tiny_runs["epoch"], tiny_runs["dynamic-random"]
-    assert rnd["kept_per_epoch"] == ep["kept_per_epoch"] == [256] + [128] * 6 + [256]
+    assert rnd["kept_per_epoch"] == ep["kept_per_epoch"] == [256, 256] + [128] * 5 + [256]
     assert rnd["steps"] == rnd["planned_steps"] == ep["steps"] == ep["planned_steps"]
     assert rnd["samples_kept"] == rnd["backward_samples"] == ep["samples_kept"]
     assert rnd["scoring_forward_samples"] == 0 and rnd["keep_probability"] == 0.5

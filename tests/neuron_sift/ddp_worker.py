@@ -284,7 +284,7 @@ def whole_run(run: Run, opt, loader, logged) -> dict:
 
 def epoch_level(run: Run) -> None:
     args = run.args
-    cfg: dict[str, Any] = {"seed": 7, "anneal_fraction": 0.2}
+    cfg: dict[str, Any] = {"seed": 7, "anneal_fraction": 0.2, "start_rank_correlation": None}
     if args.budget is not None:
         cfg["kept_share"] = args.budget
     dl, logged = epoch_source(run)

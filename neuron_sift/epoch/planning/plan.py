@@ -42,6 +42,14 @@ class PlanSettings:
             raise ValueError(f"rank must be in [0, {self.world_size}), got {self.rank}")
 
 
+def full_kind(kind: str, hold: bool) -> str:
+    """The kind of a plan that trains every sample: its epoch's own (warm-up, annealing), or,
+    for a sifted epoch, ``held`` (the start rule) or ``sift-unscored`` (nothing scored yet)."""
+    if kind != "sift":
+        return kind
+    return "held" if hold else "sift-unscored"
+
+
 @dataclass(frozen=True)
 class TrainedCounts:
     """What a plan trains over all ranks, as the history reports it whatever the score

@@ -30,7 +30,7 @@ from neuron_sift.shared.state_checks import (
     need_vector,
 )
 
-KINDS = ("warmup", "sift", "sift-unscored", "anneal")
+KINDS = ("warmup", "sift", "sift-unscored", "held", "anneal")
 
 
 def outside_support(planner: EpochPlanner, ids: np.ndarray) -> int | None:

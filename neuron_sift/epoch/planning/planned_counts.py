@@ -35,34 +35,43 @@ def check_planned_counts(planner: EpochPlanner) -> None:
     if planner.rank_batches(planner.expected_count(0)) == 0:  # epoch 0 trains every sample
         shares = f"{what} {m} samples" if w == 1 else f"{what} {m} samples, {m // w} for each of the {w} ranks"
         raise ValueError(_no_batch(shares, m // w, b))
-    share = planner.config.kept_share
-    if share is None or not planner.sifts():
+    if not planner.config.has_budget or not planner.sifts():
         return
-    k = planner.budget_count()
+    sifted = [e for e in range(planner.num_epochs or 2) if planner.kind(e) == "sift"]
+    epoch = min(sifted, key=planner.budget_count)  # the epoch keeping fewest
+    share, k = planner.budget_share(epoch), planner.budget_count(epoch)
+    setting = _budget_setting(planner)
+    where = "per sifted epoch" if planner.config.kept_share is not None else f"in sifted epoch {epoch}"
     trained = planner.rank_batches(k) * b * w if planner.drop_last else k
     if trained == 0:
         per_rank = "" if w == 1 else f", {k // w} for each of the {w} ranks"
         raise ValueError(
-            f"EpochSiftingDataloader: kept_share={share:g} keeps {k} of the {m} samples per sifted epoch{per_rank}, "
+            f"EpochSiftingDataloader: {setting} keeps {k} of the {m} samples {where}{per_rank}, "
             f"fewer than one batch of {b}, and the DataLoader has drop_last=True, which leaves a short batch "
-            f"out: every sifted epoch would train nothing. Use kept_share >= {b * w / m:.4g} (one whole batch per "
-            "rank), drop_last=False, or a smaller batch size"
+            f"out: {'every' if planner.config.kept_share is not None else 'that'} sifted epoch would train nothing. Use {'kept_share' if planner.config.kept_share is not None else 'a budget'} "
+            f">= {b * w / m:.4g} (one whole batch per rank), drop_last=False, or a smaller batch size"
         )
     if abs(trained / m - share) > BUDGET_TOLERANCE * share:
         cut = f"; drop_last=True trains only each rank's whole batches of {b}: {trained}" if trained != k else ""
         logger.warning(
-            "EpochSiftingDataloader: kept_share=%g of %d samples trains %d per sifted epoch, a share of %.4g: the "
-            "budget keeps %d (kept_share * %d rounded half up, then down to a multiple of the %d rank(s), at least "
-            "one each)%s",
-            share,
+            "EpochSiftingDataloader: %s of %d samples trains %d %s, a share of %.4g: the budget "
+            "keeps %d (%.4g * %d rounded half up, then down to a multiple of the %d rank(s), at least one each)%s",
+            setting,
             m,
             trained,
+            where,
             trained / m,
             k,
+            share,
             m,
             w,
             cut,
         )
+
+
+def _budget_setting(planner: EpochPlanner) -> str:
+    c = planner.config
+    return f"kept_share={c.kept_share:g}" if c.kept_share is not None else f"max_pruned_share={c.max_pruned_share:g}"
 
 
 def _no_batch(shares: str, per_rank: int, batch_size: int) -> str:
@@ -83,9 +92,9 @@ def warn_short_epoch(planner: EpochPlanner, plan: EpochPlan, trained: int) -> No
     Why at run time: the construction-time check sees only the budget's rounding; what the
     guard leaves out is known only when the epoch is planned, and a run that trains far less
     than asked should not go on without a word."""
-    share = planner.config.kept_share
-    if share is None or plan.kind != "sift":
+    if not planner.config.has_budget or plan.kind != "sift":
         return
+    share = planner.budget_share(plan.epoch)
     budget = share * planner.m
     if trained >= (1.0 - BUDGET_TOLERANCE) * budget:
         return
@@ -96,13 +105,14 @@ def warn_short_epoch(planner: EpochPlanner, plan: EpochPlan, trained: int) -> No
         causes.append("drop_last=True cut each rank's short last batch")
     logger.warning(
         "EpochSiftingDataloader: epoch %d (0-based) trains %d of %d samples, a share of %.4g, more than %d%% below "
-        "its budget kept_share=%g (%d samples)%s",
+        "its budget, %.4g (%s: %d samples)%s",
         plan.epoch,
         trained,
         planner.m,
         trained / planner.m,
         round(100 * BUDGET_TOLERANCE),
         share,
+        _budget_setting(planner),
         round(budget),
         f": {'; '.join(causes)}" if causes else ": too few samples have a keep probability above 0",
     )

@@ -22,7 +22,6 @@ A sifted epoch draws its kept set by systematic sampling (``selection/draws.py``
 order: exactly ``k`` kept, each with probability exactly ``pi_i``; they train in that order.
 """
 
-import math
 from dataclasses import replace
 from typing import Any
 
@@ -30,25 +29,25 @@ import numpy as np
 import torch
 
 from neuron_sift.epoch.planning.dealing import deal_rest
-from neuron_sift.epoch.planning.plan import EpochPlan, PlanSettings, TrainedCounts
+from neuron_sift.epoch.planning.epoch_counts import EpochCounts
+from neuron_sift.epoch.planning.plan import EpochPlan, PlanSettings, TrainedCounts, full_kind
 from neuron_sift.epoch.planning.planner_state import check_planner_state
 from neuron_sift.epoch.selection.draws import epoch_seed, systematic_sample
 from neuron_sift.epoch.selection.guard import guard_would_exclude_all, quantile_of_table
 from neuron_sift.epoch.selection.policies import epoch_policy
-from neuron_sift.epoch.selection.policy import loss_weights, scale_to_count
+from neuron_sift.epoch.selection.policy import loss_weights, percentile_of_all, scale_to_count
 from neuron_sift.epoch.user_data.sampling import support_checksum
 from neuron_sift.shared.state_checks import invalid, need_distinct
-from neuron_sift.shared.validation import positive_int
 
 
-class EpochPlanner:
+class EpochPlanner(EpochCounts):
     """Plans epochs for ``n`` samples, ``world_size`` ranks, ``batch_size`` per rank, drawing
     only from ``support`` (sorted unique dataset ids; None: all ``n``), in dataset order when
     ``ordered``.
 
-    The one source of every count: ``len()``, ``planned_steps()`` (``steps_left``) and the
-    integrations' schedule lengths all come from here, so they agree with the batches the
-    plans yield.
+    The one source of every count (``epoch_counts.py``): ``len()``, ``planned_steps()``
+    (``steps_left``) and the integrations' schedule lengths all come from here, so they agree
+    with the batches the plans yield.
     """
 
     def __init__(self, settings: PlanSettings) -> None:
@@ -73,102 +72,6 @@ class EpochPlanner:
         """This planner as rank ``rank`` of a run at ``world_size`` saw it (the resume at
         another world size reads each old rank's plan with it)."""
         return type(self)(replace(self.plan_settings, world_size=world_size, rank=rank, seed=self.seed))
-
-    # -- what kind of epoch ----------------------------------------------------------------
-
-    def kind(self, epoch: int) -> str:
-        if epoch < max(1, self.config.warmup_epochs):  # epoch 0 has no scores: a warm-up whatever the config
-            return "warmup"
-        if self.num_epochs is not None and epoch >= self.num_epochs - self.config.anneal_epochs(self.num_epochs):
-            return "anneal"
-        return "sift"
-
-    def sifts(self) -> bool:
-        """Whether some epoch of the run is sifted (without ``num_epochs``: every one after the
-        warm-up is): only a sifted epoch's length can depend on the scores."""
-        if self.num_epochs is None:
-            return True
-        return any(self.kind(e) == "sift" for e in range(self.num_epochs))
-
-    def needs_scores(self, epoch: int) -> bool:
-        """Whether epoch ``epoch``, or a later one, plans from scores: only then is the epoch's
-        one host transfer and merge over ranks worth its cost."""
-        if epoch < 1:
-            return False
-        if self.num_epochs is None:
-            return True
-        return epoch < self.num_epochs - self.config.anneal_epochs(self.num_epochs)
-
-    # -- counts ----------------------------------------------------------------------------
-
-    def _whole(self, k: int) -> int:
-        """``k`` made a multiple of the world size (equal shares), at least one per rank."""
-        w = self.world_size
-        return max(w, (k // w) * w)
-
-    def budget_count(self) -> int:
-        """Samples of a budgeted sifted epoch: ``round(kept_share * M)``, shared equally."""
-        share = self.config.kept_share
-        if share is None:
-            raise ValueError("budget_count() needs a config with kept_share")
-        return self._whole(int(math.floor(share * self.m + 0.5)))
-
-    def free_count(self, expected: float) -> int:
-        """Samples of an unbudgeted sifted epoch: the expected count rounded to whole
-        batches on every rank (never more than the support holds)."""
-        unit = self.batch_size * self.world_size
-        k = int(math.floor(expected / unit + 0.5)) * unit
-        if k > self.m:
-            k = (self.m // unit) * unit
-        if k <= 0:
-            k = min(unit, self.m)
-        return self._whole(k)
-
-    def rank_batches(self, total: int) -> int:
-        """Batches per rank for ``total`` samples over all ranks."""
-        per_rank = total // self.world_size
-        b = self.batch_size
-        return per_rank // b if self.drop_last else -(-per_rank // b)
-
-    def expected_count(self, epoch: int, scores: torch.Tensor | None = None) -> int:
-        """Samples that epoch ``epoch`` trains on over all ranks: exact for full and budgeted
-        epochs; for an unbudgeted sifted epoch, planned from ``scores`` when given (the
-        current table), else from the policy's expected share (``policies.py``: an estimate for
-        ``below_mean``)."""
-        if self.kind(epoch) != "sift":
-            return self._whole(self.m)
-        if self.config.kept_share is not None:
-            return self.budget_count()
-        if scores is not None and not bool(np.isnan(self._local(scores.detach().cpu().float().numpy())).all()):
-            return self.free_count(float(self._priorities(scores).sum(dtype=np.float64)))
-        return self.free_count(self.policy.expected_share() * self.m)
-
-    def epoch_batches(self, epoch: int) -> int:
-        """This rank's batches of epoch ``epoch`` before it is planned (exact for full and
-        budgeted epochs, the expected count otherwise)."""
-        return self.rank_batches(self.expected_count(epoch))
-
-    def steps_left(
-        self, next_epoch: int, left_in_current: int = 0, epochs: int | None = None, open_epoch: bool | None = None
-    ) -> int:
-        """Batches this rank trains from now on: ``left_in_current`` of an epoch in progress
-        plus epochs ``next_epoch, ...`` up to ``num_epochs``, or ``epochs`` epochs in all (the
-        one in progress counted first). ``open_epoch``: whether an epoch is in progress (None:
-        when ``left_in_current > 0``); an open epoch with nothing left (resumed after its last
-        batch) is the loop's next, empty iteration, and counts as one of ``epochs``. See
-        ``EpochSiftingDataloader.planned_steps``."""
-        current = left_in_current > 0 if open_epoch is None else open_epoch
-        if epochs is None:
-            if self.num_epochs is None:
-                raise ValueError("planned_steps() needs num_epochs (given to the loader) or epochs=")
-            future = range(next_epoch, self.num_epochs)
-        else:
-            positive_int(epochs, "epochs")
-            future = range(next_epoch, next_epoch + epochs - (1 if current else 0))
-        total = left_in_current if current else 0
-        for e in future:
-            total += self.epoch_batches(e)
-        return total
 
     def trained_ids(self, plan: EpochPlan) -> torch.Tensor:
         """The ids of ``plan`` that some rank actually trains: ``drop_last`` leaves each rank's
@@ -225,6 +128,15 @@ class EpochPlanner:
         (the noise guard's threshold), or None when none is finite."""
         return quantile_of_table(scores, q)
 
+    def score_percentiles(self, scores: torch.Tensor) -> np.ndarray:
+        """Every entry's mid-rank percentile among all scores (this table holds every
+        sample's; the start rule's ranking)."""
+        return percentile_of_all(scores.detach().cpu().to(torch.float32).numpy())
+
+    def sum_over_ranks(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` summed over the ranks' tables: every rank holds every sample, so its own."""
+        return t
+
     # -- checkpoints -----------------------------------------------------------------------
 
     def settings(self) -> dict[str, Any]:
@@ -239,6 +151,7 @@ class EpochPlanner:
             "rank": self.rank,
             "policy": self.config.policy,
             "kept_share": self.config.kept_share,
+            "max_pruned_share": self.config.max_pruned_share,  # states without it had none
         }
         if self.support is not None:
             settings["support_size"] = self.m
@@ -260,10 +173,6 @@ class EpochPlanner:
 
     # -- planning --------------------------------------------------------------------------
 
-    def _local(self, values: np.ndarray) -> np.ndarray:
-        """``[N]`` values restricted to the support, in its order (``values`` itself for all)."""
-        return values if self.support is None else values[self.support]
-
     def _global(self, local: np.ndarray, fill: float) -> np.ndarray:
         """``[M]`` per-support values placed at their dataset ids, ``fill`` elsewhere."""
         if self.support is None:
@@ -279,23 +188,22 @@ class EpochPlanner:
             ids = np.sort(ids)
         return torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64))
 
-    def _priorities(self, scores: torch.Tensor) -> np.ndarray:
-        """The policy's keep priorities of the support's samples (``[M]``), from their scores only."""
-        return self.policy.priorities(self._local(scores.detach().cpu().to(torch.float32).numpy()))
-
-    def plan(self, epoch: int, scores: torch.Tensor, excluded: torch.Tensor | None = None) -> EpochPlan:
-        """The plan of epoch ``epoch`` (0-based) from ``scores`` (``[N]`` CPU, NaN = unscored)
-        and the guard's ``excluded`` samples (``[N]`` bool, or None)."""
+    def plan(
+        self, epoch: int, scores: torch.Tensor, excluded: torch.Tensor | None = None, hold: bool = False
+    ) -> EpochPlan:
+        """The plan of epoch ``epoch`` (0-based) from ``scores`` (``[N]`` CPU, NaN = unscored),
+        the guard's ``excluded`` samples (``[N]`` bool, or None) and the start rule's ``hold``
+        (a sifted epoch that trains every sample: kind ``held``)."""
         rng = np.random.Generator(np.random.PCG64(epoch_seed(self.seed, epoch)))
         perm = rng.permutation(self.m)  # positions in the support
         kind = self.kind(epoch)
         values = self._local(scores.detach().cpu().to(torch.float32).numpy())
         unscored = np.isnan(values)
-        if kind != "sift" or bool(unscored.all()):
+        if kind != "sift" or bool(unscored.all()) or hold:
             k = self._whole(self.m)
             ones = torch.ones(self.n, dtype=torch.float32)
             inclusion = torch.from_numpy(self._global(np.ones(self.m, dtype=np.float32), 0.0))
-            return EpochPlan(epoch, kind if kind != "sift" else "sift-unscored", self._ids(perm[:k]), ones, inclusion)
+            return EpochPlan(epoch, full_kind(kind, hold), self._ids(perm[:k]), ones, inclusion)
         p = self._priorities(scores)
         n_excluded = 0
         if excluded is not None and self.config.noise_guard_epochs > 0:
@@ -305,11 +213,7 @@ class EpochPlanner:
                 p, n_excluded = guarded, int(out.sum())
             else:
                 guard_would_exclude_all(epoch, int(out.sum()))
-        k = (
-            self.budget_count()
-            if self.config.kept_share is not None
-            else self.free_count(float(p.sum(dtype=np.float64)))
-        )
+        k = self.budget_count(epoch) if self.config.has_budget else self.free_count(float(p.sum(dtype=np.float64)))
         k = min(k, self._whole(int((p > 0).sum())))
         pi = self._global(scale_to_count(p, float(k), unscored), 0.0)
         local_order = systematic_sample(self._local(pi), perm, k, float(rng.random()))

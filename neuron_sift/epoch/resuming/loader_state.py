@@ -19,6 +19,7 @@ from neuron_sift.epoch.scores.owned_shares import OwnedShares
 from neuron_sift.epoch.scores.rank_shares import RankShares
 from neuron_sift.epoch.scores.tables import ScoreTables
 from neuron_sift.epoch.selection.guard import NoiseGuard
+from neuron_sift.epoch.selection.start_rule import StartRule
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class LoaderParts:
     tables: ScoreTables
     shares: RankShares | OwnedShares
     guard: NoiseGuard
+    start: StartRule
     pairing: PairingQueue
     history: EpochHistory
     opener: EpochOpener
@@ -45,6 +47,7 @@ class LoaderParts:
                 "tables": self.tables.state_dict(),
                 "shares": self.shares.state_dict(),
                 "guard": self.guard.state_dict(),
+                "start": self.start.state_dict(),
                 "pairing": self.pairing.state_dict(),
                 "history": self.history.state_dict(),
             }
@@ -60,5 +63,6 @@ class LoaderParts:
         self.tables.load_state_dict(state["tables"])
         self.opener.restore(self.progress.plan, self.progress.current_epoch)
         self.guard.load_state_dict(state["guard"])
+        self.start.load_state_dict(state["start"])
         self.pairing.load_state_dict(state["pairing"])
         self.history.load_state_dict(state["history"])

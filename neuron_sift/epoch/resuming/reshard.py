@@ -13,7 +13,7 @@ merged scores and the seed, with their own world size.
 
 What each new rank gets: the merged scores; the plan in progress with the ids already
 trained (``EpochPlan.done``) and the world size it was made for; its share of the rest
-marked as its own; the noise guard and the history (the same on every rank); the counts
+marked as its own; the noise guard, the start rule's percentiles and the history (the same on every rank); the counts
 of all old ranks summed on rank 0 (zero on the others), so their sum over ranks is kept.
 """
 
@@ -59,4 +59,4 @@ def reshard(read: list[dict[str, Any]], planner: EpochPlanner) -> dict[str, Any]
             mine[torch.from_numpy(np.concatenate(batches))] = True
         plan_state = plan.state_dict()
     shares = {"mine": mine, "carried": torch.zeros(planner.n, dtype=torch.bool)}
-    return resumed_state(read, planner, plan_state, scores, shares, first["guard"])
+    return resumed_state(read, planner, plan_state, scores, shares, first["guard"], first["start"])

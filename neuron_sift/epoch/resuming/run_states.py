@@ -16,7 +16,17 @@ from neuron_sift.epoch.planning.planner import EpochPlanner
 from neuron_sift.epoch.resuming.state_layout import FORMAT, SharesCheck, check_state
 from neuron_sift.shared.state_checks import need_int, need_mapping
 
-_RUN_SETTINGS = ("seed", "n", "batch_size", "policy", "kept_share", "support_size", "support_crc32", "score_table")
+_RUN_SETTINGS = (
+    "seed",
+    "n",
+    "batch_size",
+    "policy",
+    "kept_share",
+    "max_pruned_share",
+    "support_size",
+    "support_crc32",
+    "score_table",
+)
 
 
 def read_run(states: Sequence[dict[str, Any]], verify: bool = True) -> list[dict[str, Any]]:
@@ -136,10 +146,11 @@ def resumed_state(
     scores: torch.Tensor,
     shares: dict[str, Any],
     guard: dict[str, Any],
+    start: dict[str, Any],
 ) -> dict[str, Any]:
     """This rank's state at ``planner``'s world size from every old rank's (``read``, in rank
     order): at position 0 of ``plan_state`` (the plan in progress, its done ids named), the
-    merged ``scores``, ``shares`` and ``guard``; the history as every rank holds it, and the
+    merged ``scores``, ``shares``, ``guard`` and ``start`` (the start rule's); the history as every rank holds it, and the
     counts of all old ranks summed on rank 0 (zero on the others, so their sum is kept)."""
     first, rank0 = read[0], planner.rank == 0
     in_progress = any(bool(s["progress"]["in_progress"]) for s in read)
@@ -156,6 +167,7 @@ def resumed_state(
             "tables": {"scores": scores, "nonfinite": sum(int(s["tables"]["nonfinite"]) for s in read) if rank0 else 0},
             "shares": shares,
             "guard": guard,
+            "start": start,
             "pairing": {key: sum(int(s["pairing"][key]) for s in read) if rank0 else 0 for key in first["pairing"]},
             "history": first["history"],
         }

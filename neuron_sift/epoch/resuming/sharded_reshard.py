@@ -80,6 +80,8 @@ def reown(read: list[dict[str, Any]], planner: ShardedPlanner) -> dict[str, Any]
     weights = torch.ones(here.size, dtype=torch.float32)
     guard_on = planner.config.noise_guard_epochs > 0
     streak = torch.zeros(here.owned if guard_on else 0, dtype=torch.int32)
+    start_on = planner.config.start_rank_correlation is not None
+    previous = torch.full((here.owned if start_on else 0,), float("nan"))
     for own_part in (True, False):  # the owners' entries first, then the hosted ones (newer: trained since)
         for s, old, old_plan in zip(read, olds, plans, strict=True):
             ids = old.owner.ids() if own_part else old.owner.guests
@@ -90,14 +92,18 @@ def reown(read: list[dict[str, Any]], planner: ShardedPlanner) -> dict[str, Any]
             scores[slots] = values[torch.from_numpy(take)]
             if old_plan is not None:
                 weights[slots] = old_plan.weights[part][torch.from_numpy(take)]
-            old_streak = s["guard"]["streak"]
-            if own_part and guard_on and old_streak.numel():
+            if own_part:  # per owned entry: the noise guard's streaks and the start rule's percentiles
                 mine = take & (here.owners(ids) == planner.rank)
-                streak[torch.from_numpy(here.slots(ids[mine]))] = old_streak[torch.from_numpy(mine)]
+                at, held = torch.from_numpy(here.slots(ids[mine])), torch.from_numpy(mine)
+                if guard_on and s["guard"]["streak"].numel():
+                    streak[at] = s["guard"]["streak"][held]
+                if start_on and s["start"]["previous"].numel():
+                    previous[at] = s["start"]["previous"][held]
     plan_state = None
     if plan is not None:
         w = planner.world_size
         plan_state = EpochPlan(
             plan.epoch, plan.kind, plan.order, weights, None, plan.excluded, w, plan.done
         ).state_dict()
-    return resumed_state(read, planner, plan_state, scores, {}, {"streak": streak})
+    start = {"previous": previous, "started": bool(read[0]["start"]["started"])}  # the same on every rank
+    return resumed_state(read, planner, plan_state, scores, {}, {"streak": streak}, start)

@@ -1,9 +1,9 @@
 """The epoch loader's checkpoint: each part's own ``state_dict`` under its name, in the
 package's envelope (``neuron_sift.shared.checkpoints``: kind, version, refusals, upgrades).
 
-Version 2 (current)::
+Version 3 (current)::
 
-    {"version": 2, "kind": "EpochSiftingDataloader",
+    {"version": 3, "kind": "EpochSiftingDataloader",
      "in_progress": bool,          # a copy of progress["in_progress"], for tools and scripts
      "planner":  {"seed", "n", "batch_size", "world_size", "rank", "policy", "kept_share",
                   and "support_size", "support_crc32" when the user's sampler covers part of
@@ -13,6 +13,7 @@ Version 2 (current)::
      "tables":   {"scores", "nonfinite"},
      "shares":   {"mine", "carried"},
      "guard":    {"streak"},
+     "start":    {"previous", "started"},  # the start rule: percentiles at the last scored opening
      "pairing":  {"losses_recorded", "batches_recorded", "batches_skipped", "batches_yielded",
                   "dropped_batches"},  # batches_skipped is newer: a state without it skipped none
      "history":  {"epochs": [one dict per planned epoch]}}  # "observed_kept_share" is newer:
@@ -30,6 +31,8 @@ none and load as before. And each part checks its own state against the loader t
 ``planning/plan_checks.py``), all of them before any part changes: a refused state leaves the loader
 as it was.
 
+Version 2 (neuron_sift 0.6.0 to 0.8.0) had no ``start`` part: it loads with no percentiles
+of an earlier opening, so with the start rule on the next sifted epoch trains every sample.
 Version 1 (one flat dict, written before the loader was split into parts) is converted:
 the same values, regrouped; it kept no count of unpaired batches, so that count restarts
 at 0, as version 1's own loader did on resume.
@@ -38,18 +41,21 @@ at 0, as version 1's own loader did on resume.
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from neuron_sift.epoch.planning.planner import EpochPlanner
 from neuron_sift.epoch.running.history import EpochHistory
 from neuron_sift.epoch.running.pairing import PairingQueue
 from neuron_sift.epoch.running.progress import EpochProgress
 from neuron_sift.epoch.scores.tables import ScoreTables
 from neuron_sift.epoch.selection.guard import NoiseGuard
+from neuron_sift.epoch.selection.start_rule import StartRule
 from neuron_sift.shared.checkpoints import StateFormat, require
 from neuron_sift.shared.state_checks import invalid, need_bool
 
 STATE_KIND = "EpochSiftingDataloader"
-STATE_VERSION = 2
-PARTS = ("planner", "progress", "tables", "shares", "guard", "pairing", "history")
+STATE_VERSION = 3
+PARTS = ("planner", "progress", "tables", "shares", "guard", "start", "pairing", "history")
 
 _V1_KEYS = (
     "policy",
@@ -95,7 +101,20 @@ def _from_version_1(old: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-FORMAT = StateFormat(STATE_KIND, STATE_VERSION, PARTS, upgrades={1: _from_version_1})
+def _from_version_2(old: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 (0.6.0 to 0.8.0) had no start rule: no percentiles of an earlier opening."""
+    return {
+        **old,
+        "version": STATE_VERSION,
+        "start": {"previous": torch.zeros(0, dtype=torch.float32), "started": False},
+    }
+
+
+def _from_version_1_to_3(old: dict[str, Any]) -> dict[str, Any]:
+    return _from_version_2(_from_version_1(old))
+
+
+FORMAT = StateFormat(STATE_KIND, STATE_VERSION, PARTS, upgrades={1: _from_version_1_to_3, 2: _from_version_2})
 
 
 SharesCheck = Callable[[Any, int], None]
@@ -113,5 +132,6 @@ def check_state(state: dict[str, Any], planner: EpochPlanner, shares: SharesChec
     ScoreTables.check_state(state["tables"], planner.table_size_for(plan))
     shares(state["shares"], planner.n)
     NoiseGuard.check_state(state["guard"], planner.owned_entries)
+    StartRule.check_state(state["start"], planner.owned_entries)
     PairingQueue.check_state(state["pairing"])
     EpochHistory.check_state(state["history"])

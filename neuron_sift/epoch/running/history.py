@@ -40,6 +40,8 @@ logger = logging.getLogger(EPOCH_LOGGER)
 # An entry's counts and its shares, weights and seconds (``EpochHistory.check_state``).
 _ENTRY_COUNTS = ("epoch", "kept", "planned", "batches", "excluded")
 _ENTRY_REALS = ("observed_kept_share", "kept_share", "mean_weight", "max_weight", "planning_seconds")
+# The start rule's measured rank correlation (a sifted epoch's, with the rule on; None otherwise).
+_ENTRY_CORRELATION = "rank_correlation"
 
 
 class EpochHistory(Sequence[dict[str, Any]]):
@@ -67,9 +69,17 @@ class EpochHistory(Sequence[dict[str, Any]]):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter(self.entries)
 
-    def planned(self, plan: EpochPlan, batches: int, seconds: float, counts: TrainedCounts) -> None:
+    def planned(
+        self,
+        plan: EpochPlan,
+        batches: int,
+        seconds: float,
+        counts: TrainedCounts,
+        rank_correlation: float | None = None,
+    ) -> None:
         """Record ``plan``'s entry: ``batches`` of this rank, planned in ``seconds``; ``counts``
-        over all ranks (``EpochPlanner.trained_counts``)."""
+        over all ranks (``EpochPlanner.trained_counts``); the start rule's ``rank_correlation``
+        (a sifted epoch's: why a ``held`` epoch trained everything)."""
         self.timings.record("planning", seconds)
         kept = counts.kept
         entry = {
@@ -82,6 +92,7 @@ class EpochHistory(Sequence[dict[str, Any]]):
             "max_weight": counts.max_weight,
             "batches": batches,
             "excluded": plan.excluded,
+            "rank_correlation": rank_correlation,
             "planning_seconds": seconds,
         }
         self.entries.append(entry)
@@ -130,6 +141,10 @@ class EpochHistory(Sequence[dict[str, Any]]):
             for key in _ENTRY_REALS:
                 if key in entry:
                     need_real(entry[key], f"{field}.{key}", 0.0)
+            if entry.get(_ENTRY_CORRELATION) is not None:
+                correlation = need_real(entry[_ENTRY_CORRELATION], f"{field}.{_ENTRY_CORRELATION}", -1.0)
+                if correlation > 1.0:
+                    invalid(f"{field}.{_ENTRY_CORRELATION}", f"must be <= 1.0, got {correlation!r}")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Entries saved before ``observed_kept_share`` existed carry it as ``kept_share``;

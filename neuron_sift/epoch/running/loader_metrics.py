@@ -25,8 +25,9 @@ def epoch_report(
     reported as ``kept_share`` (here only, for the current epoch and each entry of
     ``epochs``), an alias kept for one release (the setting of that name is
     a budget, ``EpochSiftConfig.kept_share``). The epoch's counts and weights
-    (``observed_kept_share``, ``mean_weight``, ``max_weight``, ``excluded_by_guard``) are of
-    all ranks under either score table (``history.TrainedCounts``), the batch and loss counts
+    (``observed_kept_share``, ``mean_weight``, ``max_weight``, ``excluded_by_guard``, and
+    ``rank_correlation``, the start rule's measure of a sifted epoch: None when not measured)
+    are of all ranks under either score table (``history.TrainedCounts``), the batch and loss counts
     of this rank, and ``scores_recorded`` of this rank's table (under a sharded table, the
     samples it owns): reading it starts no collective, so one rank may call it alone."""
     scores = tables.snapshot()
@@ -51,6 +52,7 @@ def epoch_report(
         "num_nonfinite_losses": tables.nonfinite(),
         "unpaired_batches": pairing.dropped_batches,
         "excluded_by_guard": last.get("excluded", 0),
+        "rank_correlation": last.get("rank_correlation"),
         "planning_seconds": history.seconds("planning"),
         "weighted_loss_seconds": history.seconds("weighted_loss"),
         "machinery_seconds": history.machinery_seconds,

@@ -1,10 +1,11 @@
 """Opening an epoch: the one point per epoch where the scores cross to the host.
 
 Why one place: everything an epoch's plan depends on (the merged scores, the noise
-guard's streaks, the seed) is settled here, in a fixed order, so every rank computes the
-same plan and a resumed run re-plans later epochs exactly as the uninterrupted run did.
-In order: one host transfer of the score table, one merge over ranks, the guard's
-update, the plan, the new weights (one upload on a device), this rank's share marked.
+guard's streaks, the start rule's decision, the seed) is settled here, in a fixed order, so
+every rank computes the same plan and a resumed run re-plans later epochs exactly as the
+uninterrupted run did. In order: one host transfer of the score table, one merge over
+ranks, the guard's update, the start rule's decision, the plan, the new weights (one upload
+on a device), this rank's share marked.
 Epochs that plan without scores (warm-up, annealing) skip the transfer and the merge.
 """
 
@@ -22,6 +23,7 @@ from neuron_sift.epoch.scores.owned_shares import OwnedShares
 from neuron_sift.epoch.scores.rank_shares import RankShares
 from neuron_sift.epoch.scores.tables import ScoreTables
 from neuron_sift.epoch.selection.guard import NoiseGuard
+from neuron_sift.epoch.selection.start_rule import StartDecision, StartRule
 from neuron_sift.shared.logs import EPOCH_LOGGER
 
 logger = logging.getLogger(EPOCH_LOGGER)
@@ -36,12 +38,14 @@ class EpochOpener:
         tables: ScoreTables,
         shares: RankShares | OwnedShares,
         guard: NoiseGuard,
+        start: StartRule,
         history: EpochHistory,
     ) -> None:
         self.planner = planner
         self.tables = tables
         self.shares = shares
         self.guard = guard
+        self.start = start
         self.history = history
 
     def open(self, epoch: int, previous: EpochPlan | None, carried: bool = False) -> tuple[EpochPlan, list[np.ndarray]]:
@@ -57,15 +61,26 @@ class EpochOpener:
                 planner.num_epochs,
             )
         merged = self.shares.open_scores(self.tables, previous, planner.needs_scores(epoch))
+        decision = StartDecision(True, None)
         if merged is not None:
-            self.guard.update(merged, planner.trained_slots(previous) if previous is not None else None)
+            trained = planner.trained_slots(previous) if previous is not None else None
+            self.guard.update(merged, trained)
+            decision = self.start.observe(merged, trained, planner.kind(epoch) == "sift")
         scores = merged if merged is not None else torch.full((planner.table_size,), float("nan"))
-        plan = planner.plan(epoch, scores, self.guard.excluded(scores))
+        sifted = planner.kind(epoch) == "sift"
+        plan = planner.plan(epoch, scores, self.guard.excluded(scores), hold=sifted and not decision.prune)
+        if plan.kind == "held":
+            logger.info(
+                "EpochSiftingDataloader: epoch %d (0-based) trains every sample: the start rule's %s",
+                epoch,
+                decision.reason(self.start.threshold),
+            )
         self.tables.set_weights(plan.weights, epoch, keep_previous=carried)
         batches = planner.rank_batches_of(plan)
         self.shares.planned(batches)
         counts = planner.trained_counts(plan)
-        self.history.planned(plan, len(batches), time.perf_counter() - start, counts)
+        correlation = decision.rank_correlation if sifted else None
+        self.history.planned(plan, len(batches), time.perf_counter() - start, counts, correlation)
         warn_short_epoch(planner, plan, counts.kept)
         return plan, batches
 

@@ -188,6 +188,21 @@ class PairingQueue:
         with self._lock:
             return len(self._queue)
 
+    def waiting_size(self) -> int:
+        """The samples of the oldest waiting batch still without losses.
+
+        Raises:
+            LossOutputException: no yielded batch is waiting.
+        """
+        with self._lock:
+            if not self._queue:
+                raise LossOutputException(
+                    "a batch loss was passed but no yielded batch is waiting for its loss: one call per batch of "
+                    "this loader (a second call for the same batch, or a loss of a batch from elsewhere?)"
+                )
+            entry = self._queue[0]
+            return len(entry.ids) - entry.offset
+
     def waiting_of(self, epoch: int) -> list[int]:
         """The batch indices of epoch ``epoch`` still waiting, oldest first."""
         with self._lock:

@@ -39,13 +39,19 @@ import numpy as np
 import torch
 
 from neuron_sift.epoch.planning.dealing import deal_rest
-from neuron_sift.epoch.planning.plan import EpochPlan, PlanSettings, TrainedCounts
+from neuron_sift.epoch.planning.plan import EpochPlan, PlanSettings, TrainedCounts, full_kind
 from neuron_sift.epoch.planning.planner import EpochPlanner
 from neuron_sift.epoch.scores.ownership import Ownership
 from neuron_sift.epoch.selection.draws import epoch_seed, systematic_sample
 from neuron_sift.epoch.selection.guard import guard_would_exclude_all
 from neuron_sift.epoch.selection.policy import loss_weights, scale_to_count
-from neuron_sift.epoch.selection.quantiles import KNOTS, ScoreSummary, quantile_value, summarize_over_ranks
+from neuron_sift.epoch.selection.quantiles import (
+    KNOTS,
+    ScoreSummary,
+    percentiles,
+    quantile_value,
+    summarize_over_ranks,
+)
 from neuron_sift.shared.ranks import RankGroup
 from neuron_sift.shared.state_checks import invalid, need_distinct
 
@@ -118,6 +124,16 @@ class ShardedPlanner(EpochPlanner):
         summary = summarize_over_ranks(scores.detach().cpu().to(torch.float32).numpy(), self.ranks, self.knots)
         return quantile_value(summary, q)
 
+    def score_percentiles(self, scores: torch.Tensor) -> np.ndarray:
+        """Each owned entry's percentile among every rank's scores, read off their merged
+        summary (one gather; within its rank error)."""
+        values = scores.detach().cpu().to(torch.float32).numpy()
+        return percentiles(summarize_over_ranks(values, self.ranks, self.knots), values)
+
+    def sum_over_ranks(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` summed over the ranks: each holds the samples it owns (one all-reduce)."""
+        return self.ranks.sum(t)
+
     def trained_ids(self, plan: EpochPlan) -> torch.Tensor:
         """This rank's trained ids of its plan (``drop_last`` cuts its short last batch); of a
         plan resumed at another world size, the ids dealt to this rank."""
@@ -187,20 +203,23 @@ class ShardedPlanner(EpochPlanner):
             ids = np.sort(ids)
         return torch.from_numpy(np.ascontiguousarray(ids, dtype=self.id_dtype))
 
-    def plan(self, epoch: int, scores: torch.Tensor, excluded: torch.Tensor | None = None) -> EpochPlan:
+    def plan(
+        self, epoch: int, scores: torch.Tensor, excluded: torch.Tensor | None = None, hold: bool = False
+    ) -> EpochPlan:
         """This rank's plan of epoch ``epoch`` from its own ``scores`` (``[owned]``, by slot,
-        NaN = unscored) and the guard's ``excluded`` slots. A sifted epoch joins three
-        collectives (every rank plans every epoch, so they meet)."""
+        NaN = unscored), the guard's ``excluded`` slots and the start rule's ``hold`` (the same
+        on every rank). A sifted epoch that prunes joins three collectives (every rank plans
+        every epoch, so they meet)."""
         rng = np.random.Generator(np.random.PCG64(epoch_seed(epoch_seed(self.seed, epoch), self.rank)))
         own, w = self.owner.owned, self.world_size
         kind = self.kind(epoch)
         values = scores.detach().cpu().to(torch.float32).numpy()
-        summary = summarize_over_ranks(values, self.ranks, self.knots) if kind == "sift" else None
+        summary = summarize_over_ranks(values, self.ranks, self.knots) if kind == "sift" and not hold else None
         if summary is None or summary.count == 0:
             per_rank = self._whole(self.m) // w
             perm = rng.permutation(own)[:per_rank]
             ones = torch.ones(own, dtype=torch.float32)
-            return EpochPlan(epoch, kind if kind != "sift" else "sift-unscored", self._order(perm), ones, None)
+            return EpochPlan(epoch, full_kind(kind, hold), self._order(perm), ones, None)
         self.last_summary = summary
         c = self.config
         p = np.empty(own, dtype=np.float32)
@@ -223,7 +242,7 @@ class ShardedPlanner(EpochPlanner):
         totals = self.ranks.sum(
             torch.tensor([float(p.sum(dtype=np.float64)), float(mine_excluded)], dtype=torch.float64)
         )
-        k = self.budget_count() if c.kept_share is not None else self.free_count(float(totals[0]))
+        k = self.budget_count(epoch) if c.has_budget else self.free_count(float(totals[0]))
         k = min(k, self._whole(eligible * w))
         pi = scale_to_count(p, float(k // w), unscored)
         kept = systematic_sample(pi, rng.permutation(own), k // w, float(rng.random()))

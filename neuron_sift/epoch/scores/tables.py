@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from neuron_sift.backends.base import Backend
-from neuron_sift.kernels.scores import gather_weights, score_writes, weighted_mean
+from neuron_sift.kernels.scores import gather_weights, score_writes, smoothed, weighted_mean
 from neuron_sift.shared.logs import EPOCH_LOGGER
 from neuron_sift.shared.state_checks import need_int, need_mapping, need_values, need_vector
 
@@ -43,16 +43,19 @@ def _version(t: torch.Tensor) -> int | None:
 
 
 class ScoreTables:
-    """``N`` scores (NaN: never scored) plus a trash slot, and ``N`` loss weights."""
+    """``N`` scores (NaN: never scored) plus a trash slot, and ``N`` loss weights.
+    ``smoothing``: a sample's score is the moving average of its losses, each new loss
+    weighted ``smoothing`` (``EpochSiftConfig.score_smoothing``); None: its last loss."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, smoothing: float | None = None) -> None:
         self.n = n
+        self.smoothing = smoothing
         self.device: torch.device | None = None  # None until placed: host arrays meanwhile
         self._scores = np.full(n + 1, np.nan, dtype=np.float32)
         self._weights = np.ones(n, dtype=np.float32)
         self._uniform = True  # every weight is 1 (a full epoch)
         # host mode: recorded, not yet written, with each loss tensor's version at the call
-        self._pending: list[tuple[np.ndarray, torch.Tensor, int | None]] = []
+        self._pending: list[tuple[np.ndarray, torch.Tensor, int | None, float | None]] = []
         self._changed_warned = False
         self._nonfinite = 0
         self._dev_scores: torch.Tensor | None = None
@@ -79,10 +82,14 @@ class ScoreTables:
 
     # -- per step ---------------------------------------------------------------------------
 
-    def record(self, ids: np.ndarray, losses: torch.Tensor, epoch: int | None = None) -> torch.Tensor:
+    def record(
+        self, ids: np.ndarray, losses: torch.Tensor, epoch: int | None = None, smoothing: float | None = None
+    ) -> torch.Tensor:
         """Record ``losses`` as the scores of ``ids``; returns their weights on the losses' device
-        (those of ``epoch``: the current one, or the one before for a carried batch)."""
-        return self._record(ids, losses, epoch, mean=False)
+        (those of ``epoch``: the current one, or the one before for a carried batch).
+        ``smoothing``: this write's moving-average weight, over the table's own (a batch-level
+        loss's, ``weighted_batch_loss``)."""
+        return self._record(ids, losses, epoch, mean=False, smoothing=smoothing)
 
     def weighted_mean(
         self, ids: np.ndarray, losses: torch.Tensor, epoch: int | None = None, batch_size: int | None = None
@@ -92,9 +99,16 @@ class ScoreTables:
         return self._record(ids, losses, epoch, mean=True, batch_size=batch_size)
 
     def _record(
-        self, ids: np.ndarray, losses: torch.Tensor, epoch: int | None, mean: bool, batch_size: int | None = None
+        self,
+        ids: np.ndarray,
+        losses: torch.Tensor,
+        epoch: int | None,
+        mean: bool,
+        batch_size: int | None = None,
+        smoothing: float | None = None,
     ) -> torch.Tensor:
         part = batch_size is not None and batch_size != ids.shape[0]
+        smoothing = self.smoothing if smoothing is None else smoothing
         host_w, dev_w = self._weights, self._dev_weights
         if epoch == self.epoch:
             # Losses arrive in yield order: once a batch of this epoch has them, no batch of the
@@ -106,6 +120,8 @@ class ScoreTables:
         if dev_scores is not None and dev_nonfinite is not None:
             dev_ids = torch.from_numpy(ids).to(self.device)
             slots, values, nonfinite = score_writes(dev_ids, losses, self.n)
+            if smoothing is not None:  # the static-shape gather of the previous scores first
+                values = smoothed(dev_scores.index_select(0, slots), values, smoothing)
             dev_scores.index_put_((slots,), values)
             dev_nonfinite.add_(nonfinite)
             w = gather_weights(cast(torch.Tensor, dev_w), dev_ids)
@@ -115,7 +131,7 @@ class ScoreTables:
             return out * (ids.shape[0] / cast(int, batch_size)) if part else out
         # Host arrays: the write is deferred to one vectorised store per flush (before any read).
         detached = losses.detach()
-        self._pending.append((ids, detached, _version(detached)))
+        self._pending.append((ids, detached, _version(detached), smoothing))
         if len(self._pending) >= 256:
             self.flush()
         n = batch_size if batch_size is not None else ids.shape[0]
@@ -135,21 +151,32 @@ class ScoreTables:
         if not self._pending:
             return
         pending, self._pending = self._pending, []
-        if not self._changed_warned and any(v is not None and _version(t) != v for _, t, v in pending):
+        if not self._changed_warned and any(v is not None and _version(t) != v for _, t, v, _s in pending):
             self._changed_warned = True
             logger.warning(
                 "EpochSiftingDataloader: a loss tensor passed to weighted_loss was changed in place afterwards; on "
                 "the host its scores are written later, so the changed values were recorded. Change a copy "
                 "(per_sample.clone()) or change the losses before weighted_loss (this warning is shown once)"
             )
+        if any(p[3] is not None for p in pending):  # batch by batch: a sample's losses enter its average in order
+            for ids, tensor, _, smoothing in pending:
+                self._store(ids, tensor.to(torch.float32).reshape(-1).numpy(), smoothing)
+            return
         ids = np.concatenate([p[0] for p in pending])
         values = torch.cat([p[1].to(torch.float32).reshape(-1) for p in pending]).numpy()
+        self._store(ids, values, None)
+
+    def _store(self, ids: np.ndarray, values: np.ndarray, smoothing: float | None) -> None:
+        """Write finite ``values`` at ``ids`` of the host table (averaged in with weight
+        ``smoothing``); count the others."""
         finite = np.isfinite(values)
-        if finite.all():
-            self._scores[ids] = values
-        else:
-            self._scores[ids[finite]] = values[finite]
+        if not finite.all():
+            ids, values = ids[finite], values[finite]
             self._nonfinite += int((~finite).sum())
+        if smoothing is not None:
+            previous = torch.from_numpy(self._scores[ids])
+            values = smoothed(previous, torch.from_numpy(values), smoothing).numpy()
+        self._scores[ids] = values
 
     # -- per epoch --------------------------------------------------------------------------
 

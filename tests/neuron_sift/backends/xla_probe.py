@@ -95,7 +95,7 @@ def training(args) -> dict:
         cfg = sift_config(args.selection, 128)
         loader = SiftingDataloader(sift_config=cfg, orig_dataloader=source, loss_impl=CELoss(), model=model)
     elif args.mode == "epoch":
-        epoch_cfg = {"seed": 0, "anneal_fraction": 0.2, "score_table": args.score_table}
+        epoch_cfg = {"seed": 0, "anneal_fraction": 0.2, "score_table": args.score_table, "start_rank_correlation": None}
         if args.budget is not None:
             epoch_cfg["kept_share"] = args.budget
         loader = EpochSiftingDataloader(epoch_cfg, source, num_epochs=args.epochs)

@@ -53,7 +53,13 @@ def main() -> None:
     data = TensorDataset(torch.arange(SAMPLES), x, y)
     net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
     dl = DataLoader(data, batch_size=BATCH, shuffle=True)
-    config = {"seed": 7, "kept_share": 0.5, "anneal_fraction": 0.25, "score_table": args.score_table}
+    config = {
+        "seed": 7,
+        "kept_share": 0.5,
+        "anneal_fraction": 0.25,
+        "score_table": args.score_table,
+        "start_rank_correlation": None,
+    }
     loader = EpochSiftingDataloader(config, dl, num_epochs=EPOCHS)
     ckpt = os.path.join(args.out, "..", "ckpt")
     os.makedirs(ckpt, exist_ok=True)

@@ -11,6 +11,11 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from neuron_sift import EpochSiftingDataloader
 
+# The start rule (``start_rank_correlation``) off: tests of planning, resuming and pairing see
+# every sifted epoch prune from the first one, as before the rule existed; the rule itself is
+# tested in ``selection/test_start_rule.py`` and on by default wherever a test leaves it.
+PRUNE_FROM_THE_START = {"start_rank_correlation": None}
+
 # The worker scripts (``*_worker.py``, run under torchrun by path) and ``data/`` stay here, at the
 # top of the epoch tests, whichever sub-folder the test that runs or reads them lives in.
 EPOCH_TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -104,6 +109,8 @@ def small_parts(epochs=4):
     model = torch.nn.Linear(6, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.3)
     loader = EpochSiftingDataloader(
-        {"seed": 0, "kept_share": 0.5}, DataLoader(TensorDataset(x, y), batch_size=32), num_epochs=epochs
+        {"seed": 0, "kept_share": 0.5, **PRUNE_FROM_THE_START},
+        DataLoader(TensorDataset(x, y), batch_size=32),
+        num_epochs=epochs,
     )
     return model, opt, loader

@@ -25,7 +25,7 @@ from neuron_sift import EpochSiftingDataloader
 from tests.neuron_sift.epoch.format_sources import WIDTH, ShardReads, raw_shards, shards_of
 
 BATCH, CUT = 8, 2
-CONFIG = {"seed": 5, "kept_share": 0.5, "warmup_epochs": 1}
+CONFIG = {"seed": 5, "kept_share": 0.5, "warmup_epochs": 1, "start_rank_correlation": None}  # prune from epoch 1
 
 
 def train(loader, model, opt, after_batch=None):

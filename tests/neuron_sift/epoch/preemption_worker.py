@@ -165,7 +165,13 @@ def main() -> None:
 
     if args.mode == "epoch":
         source = DataLoader(data, batch_size=args.batch_size, shuffle=True)
-        cfg = {"seed": 7, "kept_share": 0.5, "anneal_fraction": 0.25, "score_table": args.score_table}
+        cfg = {
+            "seed": 7,
+            "kept_share": 0.5,
+            "anneal_fraction": 0.25,
+            "score_table": args.score_table,
+            "start_rank_correlation": None,
+        }
         inner = EpochSiftingDataloader(cfg, source, num_epochs=args.epochs)
         loader = Watched(inner, args, rank, attempt, resumed_from, lambda: inner.epoch - 1)  # the epoch in progress
         last = recipe["train_epoch_sifting"](

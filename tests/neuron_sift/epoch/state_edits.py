@@ -13,10 +13,10 @@ from torch.utils.data import DataLoader, SubsetRandomSampler
 
 from neuron_sift import EpochSiftingDataloader
 from tests.helpers.state_roundtrip import roundtrip
-from tests.neuron_sift.epoch.helpers import IdDataset, ids_of, oracle_loss
+from tests.neuron_sift.epoch.helpers import PRUNE_FROM_THE_START, IdDataset, ids_of, oracle_loss
 
 N, BATCH, EPOCHS = 60, 8, 4
-CONFIG = {"seed": 2, "kept_share": 0.5, "noise_guard_epochs": 1}
+CONFIG = {"seed": 2, "kept_share": 0.5, "noise_guard_epochs": 1, **PRUNE_FROM_THE_START}
 SPLIT = list(range(0, N, 2))  # the "subset" loader's sampler: the even ids
 CHANGED = "the state's content does not match its checksum: it was changed after state_dict\\(\\) wrote it"
 

@@ -15,7 +15,7 @@ except ImportError:
 from neuron_sift import EpochSiftingDataloader  # noqa: E402
 from tests.helpers.state_roundtrip import roundtrip  # noqa: E402
 from tests.neuron_sift.backends.xla_probe import run_probe  # noqa: E402
-from tests.neuron_sift.epoch.helpers import IdDataset, ids_of, oracle, oracle_loss  # noqa: E402
+from tests.neuron_sift.epoch.helpers import PRUNE_FROM_THE_START, IdDataset, ids_of, oracle, oracle_loss  # noqa: E402
 
 pytestmark = pytest.mark.xla
 
@@ -87,13 +87,34 @@ def train(loader, epochs, stop=None):
 
 
 def test_tables_live_on_the_device_and_scores_are_paired():
-    loader = xla_loader({"seed": 1})
+    loader = xla_loader({**PRUNE_FROM_THE_START, "seed": 1})
     seen = train(loader, 2)
     assert loader.tables._dev_scores.device.type == "xla"
     assert loader.backend.name == "xla"
     scores = loader.tables.snapshot()
     ids = torch.tensor(sorted({i for b in seen for i in b}))
     assert torch.allclose(scores[ids], oracle(ids))
+
+
+def test_smoothed_and_batch_level_scores_on_the_device_are_the_hosts():
+    """The device path of the score writes (a gather of the previous scores, the moving average,
+    the scatter) records what the host path records."""
+
+    def scores(device):
+        dl = DataLoader(IdDataset(150), batch_size=16, shuffle=True)
+        loader = EpochSiftingDataloader({"seed": 1, "score_smoothing": 0.25, "warmup_epochs": 3}, dl, num_epochs=3)
+        for epoch in range(3):
+            for x, _y in loader:
+                losses = oracle_loss(x).to(device) * (epoch + 1)
+                if epoch == 1:
+                    loader.weighted_batch_loss(losses.mean())
+                else:
+                    loader.weighted_loss(losses)
+                if device.type == "xla":
+                    torch_xla.sync()
+        return loader.tables.snapshot()
+
+    torch.testing.assert_close(scores(torch_xla.device()), scores(torch.device("cpu")))
 
 
 def on_cpu(state):
@@ -138,7 +159,7 @@ def train_model(loader, model, opt, epochs, stop=None):
 def test_exact_resume_on_xla():
     """A model training on the device, stopped in the first sifted epoch and resumed with
     its optimizer into fresh objects: the same batches, weighted losses and parameters."""
-    cfg = {"seed": 3, "kept_share": 0.5}
+    cfg = {**PRUNE_FROM_THE_START, "seed": 3, "kept_share": 0.5}
     full_model, full_opt = xla_model()
     full = train_model(xla_loader(cfg), full_model, full_opt, 4)
     a, (model, opt) = xla_loader(cfg), xla_model()

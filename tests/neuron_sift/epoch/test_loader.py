@@ -9,13 +9,13 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
 from neuron_sift import EpochSiftConfig, EpochSiftingDataloader, LossOutputException, SiftConfigValidationException
-from tests.neuron_sift.epoch.helpers import IdDataset, Prefetcher, ids_of, oracle, oracle_loss
+from tests.neuron_sift.epoch.helpers import PRUNE_FROM_THE_START, IdDataset, Prefetcher, ids_of, oracle, oracle_loss
 
 
 def make(n=300, batch=16, epochs=6, cfg=None, **loader_kw):
     ds = IdDataset(n)
     dl = DataLoader(ds, batch_size=batch, shuffle=True, **loader_kw)
-    cfg = {"seed": 3, **(cfg or {})}
+    cfg = {"seed": 3, **PRUNE_FROM_THE_START, **(cfg or {})}
     return ds, EpochSiftingDataloader(cfg, dl, num_epochs=epochs)
 
 
@@ -110,7 +110,9 @@ def test_a_wrapper_given_as_source_is_kept_around_the_planned_loader():
                 yield x * 1.0, y  # a transform in the wrapper, like a device transfer
 
     ds = IdDataset(100)
-    loader = EpochSiftingDataloader({"seed": 1}, Wrapper(DataLoader(ds, batch_size=10)), num_epochs=3)
+    loader = EpochSiftingDataloader(
+        {**PRUNE_FROM_THE_START, "seed": 1}, Wrapper(DataLoader(ds, batch_size=10)), num_epochs=3
+    )
     assert isinstance(loader._loader, Wrapper)
     trained = []
     for _ in range(3):
@@ -220,7 +222,7 @@ def test_the_configs_seed_wins_over_the_dataloaders_generator():
     """Two ways to seed the plans: the config's seed, when given, whatever generator the
     DataLoader has (its seed is used only when the config has none)."""
     dl = DataLoader(IdDataset(40), batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(77))
-    assert EpochSiftingDataloader({"seed": 5}, dl, num_epochs=3).seed == 5
+    assert EpochSiftingDataloader({**PRUNE_FROM_THE_START, "seed": 5}, dl, num_epochs=3).seed == 5
     assert EpochSiftingDataloader({}, dl, num_epochs=3).seed == 77
 
 
@@ -292,7 +294,7 @@ def test_length_is_exact_with_a_budget_or_when_no_epoch_is_sifted():
     whose epochs are all warm-up or annealing never sifts."""
     exact = {
         (cfg_share, epochs): EpochSiftingDataloader(
-            {"seed": 0, "kept_share": cfg_share, "warmup_epochs": 1, "anneal_fraction": 0.5},
+            {**PRUNE_FROM_THE_START, "seed": 0, "kept_share": cfg_share, "warmup_epochs": 1, "anneal_fraction": 0.5},
             DataLoader(IdDataset(20), batch_size=4),
             num_epochs=epochs,
         ).length_is_exact
@@ -315,7 +317,7 @@ def test_training_reaches_the_model_and_metrics_report():
     model = torch.nn.Linear(6, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     loader = EpochSiftingDataloader(
-        {"seed": 0}, DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True), num_epochs=8
+        {**PRUNE_FROM_THE_START, "seed": 0}, DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True), num_epochs=8
     )
     for _ in range(8):
         for xb, yb in loader:

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader, SequentialSampler, SubsetRandomSampler
 
 from neuron_sift import EpochSiftingDataloader
-from tests.neuron_sift.epoch.helpers import IdDataset, ids_of, oracle, oracle_loss
+from tests.neuron_sift.epoch.helpers import PRUNE_FROM_THE_START, IdDataset, ids_of, oracle, oracle_loss
 
 N, BATCH, EPOCHS = 70, 8, 5
 
@@ -19,7 +19,7 @@ N, BATCH, EPOCHS = 70, 8, 5
 def make(table="sharded", n=N, sampler=None, **cfg):
     ds = IdDataset(n)
     dl = DataLoader(ds, batch_size=BATCH, sampler=sampler, shuffle=sampler is None)
-    config = {"seed": 3, "kept_share": 0.4, "score_table": table, **cfg}
+    config = {**PRUNE_FROM_THE_START, "seed": 3, "kept_share": 0.4, "score_table": table, **cfg}
     return EpochSiftingDataloader(config, dl, num_epochs=EPOCHS)
 
 
@@ -125,7 +125,9 @@ def test_the_state_holds_one_entry_per_owned_sample_at_most():
 def test_a_sequential_sampler_keeps_dataset_order_and_drop_last_trains_full_batches():
     ds = IdDataset(N)
     dl = DataLoader(ds, batch_size=BATCH, sampler=SequentialSampler(ds), drop_last=True)
-    loader = EpochSiftingDataloader({"seed": 3, "kept_share": 0.5, "score_table": "sharded"}, dl, num_epochs=EPOCHS)
+    loader = EpochSiftingDataloader(
+        {**PRUNE_FROM_THE_START, "seed": 3, "kept_share": 0.5, "score_table": "sharded"}, dl, num_epochs=EPOCHS
+    )
     sizes = []
     for _ in range(EPOCHS):
         ids = []

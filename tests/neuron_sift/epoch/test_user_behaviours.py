@@ -12,13 +12,14 @@ import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from neuron_sift import EpochSiftingDataloader
-from tests.neuron_sift.epoch.helpers import IdDataset, ids_of, oracle, oracle_loss
+from tests.neuron_sift.epoch.helpers import PRUNE_FROM_THE_START, IdDataset, ids_of, oracle, oracle_loss
 from tests.neuron_sift.epoch.thread_ranks import ThreadWorld
 
 
 def loader_over(n, batch=8, cfg=None, epochs=5, **loader_kw):
     ds = IdDataset(n)
-    return EpochSiftingDataloader(cfg or {}, DataLoader(ds, batch_size=batch, shuffle=True, **loader_kw), epochs)
+    cfg = {**PRUNE_FROM_THE_START, **(cfg or {})}
+    return EpochSiftingDataloader(cfg, DataLoader(ds, batch_size=batch, shuffle=True, **loader_kw), epochs)
 
 
 # -- the order of an epoch --------------------------------------------------------------
@@ -29,7 +30,7 @@ def increasing_share(ids):
 
 
 def test_sifted_epochs_train_in_a_random_order_not_by_id():
-    loader = loader_over(200, batch=10, cfg={"seed": 3, "kept_share": 0.5}, epochs=4)
+    loader = loader_over(200, batch=10, cfg={**PRUNE_FROM_THE_START, "seed": 3, "kept_share": 0.5}, epochs=4)
     orders = []
     for _ in range(3):
         flat = []
@@ -83,7 +84,7 @@ def test_the_users_worker_settings_reach_the_workers(tmp_path):
         multiprocessing_context=context,
         prefetch_factor=3,
     )
-    loader = EpochSiftingDataloader({"seed": 1, "warmup_epochs": 3}, source, num_epochs=3)
+    loader = EpochSiftingDataloader({**PRUNE_FROM_THE_START, "seed": 1, "warmup_epochs": 3}, source, num_epochs=3)
     tags = []
     for _ in range(3):
         for x, tag in loader:
@@ -99,10 +100,12 @@ def test_the_users_worker_settings_reach_the_workers(tmp_path):
 
 def test_pin_memory_is_kept():
     source = DataLoader(IdDataset(10), batch_size=5, pin_memory=True)
-    loader = EpochSiftingDataloader({"seed": 1}, source, num_epochs=2)
+    loader = EpochSiftingDataloader({**PRUNE_FROM_THE_START, "seed": 1}, source, num_epochs=2)
     assert loader._loader.pin_memory is True
     assert loader._loader.pin_memory_device == source.pin_memory_device
-    plain = EpochSiftingDataloader({"seed": 1}, DataLoader(IdDataset(10), batch_size=5), num_epochs=2)
+    plain = EpochSiftingDataloader(
+        {**PRUNE_FROM_THE_START, "seed": 1}, DataLoader(IdDataset(10), batch_size=5), num_epochs=2
+    )
     assert plain._loader.pin_memory is False
 
 
@@ -134,7 +137,14 @@ def test_a_guard_streak_resets_when_the_loss_falls_and_only_trained_samples_upda
 
     loader = loader_over(
         40,
-        cfg={"seed": 4, "warmup_epochs": 2, "kept_share": 0.5, "noise_guard_epochs": 2, "noise_guard_quantile": 0.9},
+        cfg={
+            **PRUNE_FROM_THE_START,
+            "seed": 4,
+            "warmup_epochs": 2,
+            "kept_share": 0.5,
+            "noise_guard_epochs": 2,
+            "noise_guard_quantile": 0.9,
+        },
     )
     run_epochs(loader, 1, loss_of)
     loader.start_epoch()  # epoch 1 (warm-up): the streaks of epoch 0
@@ -155,7 +165,13 @@ def test_the_guard_counts_the_epochs_a_sample_trained_in_with_drop_last():
     """Distinct losses and a quantile as low as it goes: every score but the lowest (sample 0's)
     is above it, so a streak counts the epochs its sample was trained in: with ``drop_last``
     the samples of each epoch's dropped short batch are not."""
-    cfg = {"seed": 2, "warmup_epochs": 3, "noise_guard_epochs": 10, "noise_guard_quantile": 0.01}
+    cfg = {
+        **PRUNE_FROM_THE_START,
+        "seed": 2,
+        "warmup_epochs": 3,
+        "noise_guard_epochs": 10,
+        "noise_guard_quantile": 0.01,
+    }
     loader = loader_over(45, cfg=cfg, epochs=6, drop_last=True)
     trained = run_epochs(loader, 3, lambda ids, e: ids.float() + 1.0)
     assert [len(t) for t in trained] == [40, 40, 40]
@@ -175,7 +191,7 @@ def test_the_guard_counts_the_epochs_a_sample_trained_in_with_drop_last():
 
 @pytest.mark.parametrize("n, share, kept", [(45, 0.5, 23), (10, 0.25, 3), (30, 0.05, 2)])
 def test_the_budget_rounds_half_up(n, share, kept):
-    loader = loader_over(n, batch=4, cfg={"seed": 1, "kept_share": share})
+    loader = loader_over(n, batch=4, cfg={**PRUNE_FROM_THE_START, "seed": 1, "kept_share": share})
     run_epochs(loader, 1, lambda ids, e: oracle(ids))
     assert len(loader) == -(-kept // 4)
     plan = loader.start_epoch()
@@ -183,21 +199,23 @@ def test_the_budget_rounds_half_up(n, share, kept):
 
 
 def test_a_tiny_budget_still_trains_a_sample():
-    loader = loader_over(20, batch=4, cfg={"seed": 1, "kept_share": 0.01})
+    loader = loader_over(20, batch=4, cfg={**PRUNE_FROM_THE_START, "seed": 1, "kept_share": 0.01})
     assert loader.planned_steps() == 5 + 4 * 1  # num_epochs 5: no annealing epoch
     trained = run_epochs(loader, 2, lambda ids, e: ids.float() + 1)
     assert len(trained[1]) == 1
 
 
 def test_an_unbudgeted_epoch_of_few_expected_samples_trains_a_batch():
-    cfg = {"seed": 1, "beta_value": 8.0, "min_keep_probability": 0.01}  # about 3 of 30 expected
+    cfg = {**PRUNE_FROM_THE_START, "seed": 1, "beta_value": 8.0, "min_keep_probability": 0.01}  # about 3 of 30 expected
     loader = loader_over(30, batch=8, cfg=cfg)
     trained = run_epochs(loader, 2, lambda ids, e: ids.float() + 1)
     assert len(trained[1]) == 8
 
 
 def test_drop_last_counts_whole_batches_of_full_and_budgeted_epochs():
-    loader = loader_over(45, batch=8, cfg={"seed": 1, "kept_share": 0.5}, epochs=4, drop_last=True)
+    loader = loader_over(
+        45, batch=8, cfg={**PRUNE_FROM_THE_START, "seed": 1, "kept_share": 0.5}, epochs=4, drop_last=True
+    )
     assert len(loader) == 5  # 45 // 8
     assert loader.planned_steps() == 5 + 3 * 2  # sifted epochs: 23 samples, 2 whole batches
     trained = run_epochs(loader, 4, lambda ids, e: ids.float() + 1)
@@ -211,7 +229,7 @@ def test_drop_last_counts_whole_batches_of_full_and_budgeted_epochs():
 def test_mean_and_max_weight_are_those_of_the_trained_samples():
     """The weight ``weighted_loss`` applies to each sample, read from its gradient
     (``w_i / n``), averaged and maximised over the epoch: what ``metrics()`` reports."""
-    loader = loader_over(120, batch=10, cfg={"seed": 5, "beta_value": 2.0}, epochs=5)
+    loader = loader_over(120, batch=10, cfg={**PRUNE_FROM_THE_START, "seed": 5, "beta_value": 2.0}, epochs=5)
     measured = []  # (mean, max) of the weights applied in each epoch
     for epoch in range(3):
         applied = []
@@ -276,7 +294,9 @@ def latest_losses(records, n):
 def test_merged_scores_are_each_samples_latest_loss_never_a_sum(monkeypatch):
     """A sample trained on one rank in one epoch and on the other in the next gets the loss
     of the later epoch; the ranks plan from the same merged scores."""
-    world, loaders = ddp_loaders(monkeypatch, 2, {"seed": 3, "warmup_epochs": 2, "kept_share": 0.6})
+    world, loaders = ddp_loaders(
+        monkeypatch, 2, {**PRUNE_FROM_THE_START, "seed": 3, "warmup_epochs": 2, "kept_share": 0.6}
+    )
     records, merged = [], [[], []]
 
     def rank_loop(rank):
@@ -311,7 +331,9 @@ def test_carried_batches_are_merged_and_the_newer_epoch_wins(monkeypatch):
     """A look-ahead of two batches (gradient accumulation): each epoch's last two batches get
     their losses after the next epoch was planned. Those late losses reach every rank at the
     merge after, where a loss of the newer epoch, recorded on any rank, wins over them."""
-    world, loaders = ddp_loaders(monkeypatch, 2, {"seed": 5, "warmup_epochs": 2, "kept_share": 0.4})
+    world, loaders = ddp_loaders(
+        monkeypatch, 2, {**PRUNE_FROM_THE_START, "seed": 5, "warmup_epochs": 2, "kept_share": 0.4}
+    )
     records, merged, orders = [], [[], []], {}
 
     def rank_loop(rank):

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from tests.helpers.subprocess_limits import LIMIT_S
+
 
 class ThreadWorld:
     """Ranks in threads of this process: ``torch.distributed``'s ``all_reduce`` (sum, min, max),
@@ -18,7 +20,7 @@ class ThreadWorld:
     def __init__(self, world):
         self.world = world
         self.local = threading.local()
-        self.barrier = threading.Barrier(world, timeout=30)
+        self.barrier = threading.Barrier(world, timeout=LIMIT_S)  # a hang fails the test; load never should
         self.parts = [None] * world
         self.merges = 0  # all-reduces of the [4, N] scores and flags
 

@@ -22,11 +22,11 @@ from torch.utils.data import DataLoader
 from neuron_sift import EpochSiftingDataloader
 from neuron_sift.epoch.scores.sharded import ShardedPlanner
 from tests.helpers.state_roundtrip import roundtrip
-from tests.neuron_sift.epoch.helpers import IdDataset, ids_of
+from tests.neuron_sift.epoch.helpers import PRUNE_FROM_THE_START, IdDataset, ids_of
 from tests.neuron_sift.epoch.thread_ranks import ThreadWorld
 
 N, BATCH, EPOCHS = 96, 4, 5  # warm-up, three sifted epochs, one annealing epoch (anneal_fraction=0.2)
-CONFIG = {"seed": 3, "kept_share": 0.5, "anneal_fraction": 0.2}
+CONFIG = {"seed": 3, "kept_share": 0.5, "anneal_fraction": 0.2, **PRUNE_FROM_THE_START}
 
 
 def epoch_loss(ids: torch.Tensor, epoch: int) -> torch.Tensor:

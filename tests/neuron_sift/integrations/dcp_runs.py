@@ -69,7 +69,7 @@ def build(kind: str) -> Run:
     if alone:  # this rank's half of the data, sifted on its own
         data = Subset(data, range(rank, SAMPLES, world))
     if kind.endswith("epoch"):
-        config = {"seed": 7, "kept_share": 0.5, "anneal_fraction": 0.34}
+        config = {"seed": 7, "kept_share": 0.5, "anneal_fraction": 0.34, "start_rank_correlation": None}
         loader: Any = EpochSiftingDataloader(
             config,
             DataLoader(data, batch_size=BATCH, shuffle=True),

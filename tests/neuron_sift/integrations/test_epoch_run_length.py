@@ -21,7 +21,7 @@ from tests.neuron_sift.integrations.fake_trainer import FakeTrainer, train_loade
 from tests.neuron_sift.integrations.trainer_harness import scenarios
 
 # 32 samples, batch 4, 4 epochs: plans of 8, 4, 4 and 8 batches, 6 per Trainer epoch, 24 steps.
-EPOCH_CONFIG = {"seed": 0, "kept_share": 0.5, "anneal_fraction": 0.25}
+EPOCH_CONFIG = {"seed": 0, "kept_share": 0.5, "anneal_fraction": 0.25, "start_rank_correlation": None}  # exact
 
 
 @pytest.mark.parametrize("epochs, planned", [(4, 4), (4.0, 4), (1.0, 1)])

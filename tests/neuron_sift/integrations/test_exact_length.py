@@ -16,7 +16,9 @@ def epoch_loader(n=100, batch=8, epochs=5):
     x = torch.randn(n, 4, generator=g)
     ids = torch.arange(n)
     return EpochSiftingDataloader(
-        {"seed": 0, "kept_share": 0.5}, DataLoader(TensorDataset(x, ids), batch_size=batch), num_epochs=epochs
+        {"seed": 0, "kept_share": 0.5, "start_rank_correlation": None},  # pruning from epoch 1: exact lengths
+        DataLoader(TensorDataset(x, ids), batch_size=batch),
+        num_epochs=epochs,
     )
 
 

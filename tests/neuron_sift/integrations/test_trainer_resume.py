@@ -182,7 +182,7 @@ def test_the_docs_resume_example(tmp_path):
     script.write_text(example("Resuming from the Trainer's checkpoints"), encoding="utf-8")
     out = run_python([str(script)], {"USE_TORCH_XLA": "0"}, cwd=tmp_path).splitlines()
     assert "checkpoints: ['checkpoint-3', 'checkpoint-6', 'checkpoint-9']" in out
-    assert "resumed run ended at step 20 with the uninterrupted run's weights: True" in out
+    assert "resumed run ended at step 24 with the uninterrupted run's weights: True" in out
 
 
 def test_a_step_trained_before_the_skip_is_refused():

@@ -44,7 +44,9 @@ def run(out, accumulation, resume=None, save_every_step=False):
         gradient_accumulation_steps=accumulation,
         callbacks=[callback({"on_step_end": on_step_end})],
     )
-    enable_epoch_sifting(trainer, EpochSiftConfig(kept_share=0.5, seed=1), per_sample_loss=trained)
+    enable_epoch_sifting(
+        trainer, EpochSiftConfig(kept_share=0.5, seed=1, start_rank_correlation=None), per_sample_loss=trained
+    )
     trainer.train(resume_from_checkpoint=resume)
     return trained.steps, trainer.state.global_step, len(trainer.epoch_sifting_stream)
 

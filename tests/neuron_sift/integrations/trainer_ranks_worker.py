@@ -49,7 +49,7 @@ class Notices(logging.Handler):
 
 
 SAMPLES = 64  # batches of 8: 8 per epoch on one process, 4 per rank when sharded over 2
-EPOCH_CONFIG = {"seed": 0, "kept_share": 0.5, "anneal_fraction": 0.25}
+EPOCH_CONFIG = {"seed": 0, "kept_share": 0.5, "anneal_fraction": 0.25, "start_rank_correlation": None}
 
 
 def trainer_for(situation, out, data):

@@ -63,7 +63,9 @@ class Unsized(IterableDataset):
 def enable(mode, trainer):
     if mode == "sifting":
         return enable_sifting(trainer, sift_config("probabilistic", delay=2), SiftBertLoss())
-    return enable_epoch_sifting(trainer, {"seed": 0, "kept_share": 0.5, "anneal_fraction": 0.25})
+    return enable_epoch_sifting(
+        trainer, {"seed": 0, "kept_share": 0.5, "anneal_fraction": 0.25, "start_rank_correlation": None}
+    )
 
 
 def compile_counts(counts):

@@ -31,7 +31,7 @@ from tests.neuron_sift.integrations.trainer_harness import (
     sift_config,
 )
 
-EPOCH_CONFIG = {"seed": 0, "kept_share": 0.5, "anneal_fraction": 0.25}
+EPOCH_CONFIG = {"seed": 0, "kept_share": 0.5, "anneal_fraction": 0.25, "start_rank_correlation": None}  # exact lengths
 
 # -- per-batch sifting (enable_sifting) ------------------------------------------------------
 
@@ -224,7 +224,9 @@ def epoch_xla(out, epochs=5):
         callbacks=[compiles_per_epoch(box, compiles)],
     )  # fmt: skip
     box.append(trainer)
-    enable_epoch_sifting(trainer, {"seed": 0, "kept_share": 0.5, "anneal_fraction": 0.2})
+    enable_epoch_sifting(
+        trainer, {"seed": 0, "kept_share": 0.5, "anneal_fraction": 0.2, "start_rank_correlation": None}
+    )
     trainer.train()
     return {"xla": {**observe_epoch(trainer), "compiles": compiles}}
 

@@ -279,7 +279,9 @@ def test_lightning_fit_with_the_epoch_loader(callback):
             x = torch.randn(200, 6, generator=g)
             y = (x[:, 0] > 0).long()
             self.sift = EpochSiftingDataloader(
-                {"seed": 0, "kept_share": 0.4}, DataLoader(TensorDataset(x, y), batch_size=16), num_epochs=4
+                {"seed": 0, "kept_share": 0.4, "start_rank_correlation": None},
+                DataLoader(TensorDataset(x, y), batch_size=16),
+                num_epochs=4,
             )
             return self.sift
 

@@ -85,7 +85,9 @@ def test_the_epoch_loader_rebuilds_the_accelerate_chain_on_the_device():
 
     sh = shard(dataset())
     wrapped = MpDeviceLoaderWrapper(sh, torch_xla.device())
-    loader = EpochSiftingDataloader({"seed": 0, "kept_share": 0.5}, wrapped, num_epochs=2)
+    loader = EpochSiftingDataloader(
+        {"seed": 0, "kept_share": 0.5, "start_rank_correlation": None}, wrapped, num_epochs=2
+    )
     rebuilt = unwrap(loader._loader)
     assert [type(w) for w, _ in rebuilt.wrappers] == [MpDeviceLoaderWrapper, DataLoaderShard]
     assert all(mine is not theirs for (mine, _), (theirs, _) in zip(rebuilt.wrappers, unwrap(wrapped).wrappers))
@@ -103,7 +105,7 @@ def test_the_epoch_loader_rebuilds_the_accelerate_chain_on_the_device():
 def test_the_epoch_loader_rebuilds_a_users_wrapper_around_the_shard():
     sh = shard(dataset())
     outer = Holder(sh)
-    loader = EpochSiftingDataloader({"seed": 0, "kept_share": 0.5}, outer, num_epochs=2)
+    loader = EpochSiftingDataloader({"seed": 0, "kept_share": 0.5, "start_rank_correlation": None}, outer, num_epochs=2)
     rebuilt = unwrap(loader._loader)
     assert [type(w).__name__ for w, _ in rebuilt.wrappers] == ["Holder", "DataLoaderShard"]
     assert rebuilt.wrappers[0][0] is not outer and outer._loader is sh

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, SubsetRandomSampler
 from neuron_sift import EpochSiftingDataloader
 from neuron_sift.epoch.planning.dealing import deal_rest
 from neuron_sift.shared.checkpoints import CHECKSUM, content_checksum
-from tests.neuron_sift.epoch.helpers import IdDataset, ids_of, oracle_loss
+from tests.neuron_sift.epoch.helpers import PRUNE_FROM_THE_START, IdDataset, ids_of, oracle_loss
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)
@@ -52,7 +52,7 @@ def make_loader(kind="shuffle", n=40):
         dl = DataLoader(IdDataset(n), batch_size=4, sampler=SubsetRandomSampler(SPLIT))
     else:
         dl = DataLoader(IdDataset(n), batch_size=4, shuffle=True, drop_last=kind == "drop_last")
-    return EpochSiftingDataloader({"seed": 3, "kept_share": 0.5}, dl, num_epochs=4)
+    return EpochSiftingDataloader({**PRUNE_FROM_THE_START, "seed": 3, "kept_share": 0.5}, dl, num_epochs=4)
 
 
 def state_in_a_sifted_epoch(kind="shuffle", epoch=1):

@@ -16,11 +16,11 @@ from neuron_sift.epoch.planning.planned_counts import check_planned_counts
 from neuron_sift.epoch.planning.planner import EpochPlanner
 from neuron_sift.shared.logs import EPOCH_LOGGER
 from neuron_sift.sift_config.epoch_config import EpochSiftConfig
-from tests.neuron_sift.epoch.helpers import IdDataset, ids_of, oracle_loss
+from tests.neuron_sift.epoch.helpers import PRUNE_FROM_THE_START, IdDataset, ids_of, oracle_loss
 
 
 def planner(n, batch, drop_last, kept_share=None, world=1, support=None, epochs=4):
-    config = EpochSiftConfig(kept_share=kept_share, seed=0)
+    config = EpochSiftConfig(kept_share=kept_share, seed=0, **PRUNE_FROM_THE_START)
     return EpochPlanner(PlanSettings(config, n, batch, drop_last, 0, epochs, world, 0, support))
 
 
@@ -51,7 +51,9 @@ def test_a_dataset_shorter_than_one_batch_with_drop_last_is_refused(batching):
 
 
 def test_without_drop_last_a_dataset_shorter_than_one_batch_trains_it_as_one_short_batch():
-    loader = EpochSiftingDataloader({"seed": 0}, DataLoader(IdDataset(5), batch_size=8, shuffle=True), num_epochs=2)
+    loader = EpochSiftingDataloader(
+        {**PRUNE_FROM_THE_START, "seed": 0}, DataLoader(IdDataset(5), batch_size=8, shuffle=True), num_epochs=2
+    )
     assert len(loader) == 1
     assert [sorted(ids) for ids in trained_per_epoch(loader, 1)] == [[0, 1, 2, 3, 4]]
 
@@ -124,7 +126,9 @@ def test_a_budget_keeps_kept_share_times_m_rounded_half_up_then_to_whole_ranks(s
 
 def test_a_budget_of_0_01_on_50_samples_trains_1_sample_per_sifted_epoch():
     loader = EpochSiftingDataloader(
-        {"seed": 2, "kept_share": 0.01}, DataLoader(IdDataset(50), batch_size=8, shuffle=True), num_epochs=3
+        {**PRUNE_FROM_THE_START, "seed": 2, "kept_share": 0.01},
+        DataLoader(IdDataset(50), batch_size=8, shuffle=True),
+        num_epochs=3,
     )
     trained = trained_per_epoch(loader, 3)
     assert [len(ids) for ids in trained] == [50, 1, 1]
@@ -164,7 +168,7 @@ def test_the_checks_read_the_counts_the_loader_trains():
     """``check_planned_counts`` reads the planner's counts: 45 samples, batches of 8 with
     drop_last and a budget of 0.5 train 16 per sifted epoch, as it says."""
     loader = EpochSiftingDataloader(
-        {"seed": 1, "kept_share": 0.5},
+        {**PRUNE_FROM_THE_START, "seed": 1, "kept_share": 0.5},
         DataLoader(IdDataset(45), batch_size=8, shuffle=True, drop_last=True),
         num_epochs=3,
     )

@@ -14,12 +14,23 @@ from torch.utils.data import DataLoader, SubsetRandomSampler
 from neuron_sift import EpochSiftConfig, EpochSiftingDataloader
 from neuron_sift.epoch.planning.plan import PlanSettings
 from neuron_sift.epoch.planning.planner import EpochPlanner
-from tests.neuron_sift.epoch.helpers import IdDataset, oracle_loss
+from tests.neuron_sift.epoch.helpers import PRUNE_FROM_THE_START, IdDataset, oracle_loss
 
 
 def planner(n=1000, batch=32, drop_last=False, epochs=8, world=1, rank=0, seed=5, support=None, ordered=False, **cfg):
     return EpochPlanner(
-        PlanSettings(EpochSiftConfig(**cfg), n, batch, drop_last, seed, epochs, world, rank, support, ordered)
+        PlanSettings(
+            EpochSiftConfig(**{**PRUNE_FROM_THE_START, **cfg}),
+            n,
+            batch,
+            drop_last,
+            seed,
+            epochs,
+            world,
+            rank,
+            support,
+            ordered,
+        )
     )
 
 
@@ -285,7 +296,7 @@ def test_lengths_and_planned_steps_are_exact_where_documented(
         rng = np.random.default_rng(subset_seed)
         sampler = SubsetRandomSampler(rng.permutation(n)[: rng.integers(1, n + 1)].tolist())
     dl = DataLoader(ds, batch_size=batch, drop_last=drop_last, shuffle=sampler is None, sampler=sampler)
-    cfg = {"seed": 1, "warmup_epochs": warmup, "kept_share": share, "anneal_fraction": anneal}
+    cfg = {**PRUNE_FROM_THE_START, "seed": 1, "warmup_epochs": warmup, "kept_share": share, "anneal_fraction": anneal}
     try:
         loader = EpochSiftingDataloader(cfg, dl, num_epochs=epochs)
     except (

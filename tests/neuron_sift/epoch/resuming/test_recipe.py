@@ -19,6 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 
 from neuron_sift import EpochSiftingDataloader
+from tests.neuron_sift.epoch.helpers import PRUNE_FROM_THE_START
 from tests.neuron_sift.epoch.thread_ranks import ThreadWorld
 from tests.neuron_sift.integrations.readme_examples import example
 
@@ -89,7 +90,13 @@ def training_parts():
 
 
 def new_loader(data, table: str) -> EpochSiftingDataloader:
-    config = {"kept_share": 0.5, "anneal_fraction": 0.2, "seed": 0, "score_table": table}  # epoch 5 anneals
+    config = {
+        "kept_share": 0.5,
+        "anneal_fraction": 0.2,
+        "seed": 0,
+        "score_table": table,
+        **PRUNE_FROM_THE_START,
+    }  # epoch 5 anneals
     return EpochSiftingDataloader(config, DataLoader(data, batch_size=BATCH, shuffle=True), num_epochs=EPOCHS)
 
 

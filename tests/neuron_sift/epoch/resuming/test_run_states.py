@@ -16,14 +16,14 @@ from neuron_sift import EpochSiftingDataloader
 from neuron_sift.epoch.planning.plan import EpochPlan
 from neuron_sift.epoch.resuming.run_states import read_run, resumed_state
 from tests.helpers.state_roundtrip import roundtrip
-from tests.neuron_sift.epoch.helpers import IdDataset, ids_of, oracle_loss
+from tests.neuron_sift.epoch.helpers import PRUNE_FROM_THE_START, IdDataset, ids_of, oracle_loss
 
 N, BATCH = 24, 4
 
 
 def new_loader():
     dl = DataLoader(IdDataset(N), batch_size=BATCH, shuffle=True)
-    return EpochSiftingDataloader({"seed": 3, "kept_share": 0.5}, dl, num_epochs=4)
+    return EpochSiftingDataloader({**PRUNE_FROM_THE_START, "seed": 3, "kept_share": 0.5}, dl, num_epochs=4)
 
 
 def stopped():
@@ -41,7 +41,7 @@ def stopped():
 
 
 def parts_of(old):
-    return old["tables"]["scores"], old["shares"], old["guard"]
+    return old["tables"]["scores"], old["shares"], old["guard"], old["start"]
 
 
 def test_a_resumed_state_loads_into_a_fresh_loader_which_trains_the_rest_of_the_epoch():

@@ -11,7 +11,15 @@ from neuron_sift import EpochSiftingDataloader
 from neuron_sift.epoch.resuming.state_layout import PARTS, STATE_VERSION
 from neuron_sift.shared.checkpoints import CHECKSUM, content_checksum
 from tests.helpers.state_roundtrip import roundtrip
-from tests.neuron_sift.epoch.helpers import IdDataset, Prefetcher, ids_of, oracle, oracle_loss, version_1_state
+from tests.neuron_sift.epoch.helpers import (
+    PRUNE_FROM_THE_START,
+    IdDataset,
+    Prefetcher,
+    ids_of,
+    oracle,
+    oracle_loss,
+    version_1_state,
+)
 
 
 def loader_for(meta):
@@ -75,7 +83,9 @@ def test_the_state_is_the_parts_states_under_their_names():
     batch into the second sifted epoch (noise guard on) names its position, plan, scores,
     streaks, counts and record."""
     ds = IdDataset(60)
-    a = EpochSiftingDataloader({"seed": 2, "noise_guard_epochs": 1}, DataLoader(ds, batch_size=8), num_epochs=4)
+    a = EpochSiftingDataloader(
+        {**PRUNE_FROM_THE_START, "seed": 2, "noise_guard_epochs": 1}, DataLoader(ds, batch_size=8), num_epochs=4
+    )
     trained, batches = [], 0
     for _ in range(2):
         for x, _y in a:
@@ -108,7 +118,16 @@ def test_the_state_is_the_parts_states_under_their_names():
     assert state["pairing"]["batches_recorded"] == state["pairing"]["batches_yielded"] == batches + 1
     assert [h["kind"] for h in state["history"]["epochs"]] == ["warmup", "sift", "sift"]
     assert state["history"]["epochs"][-1]["kept"] == len(plan["order"]) and state["history"]["epochs"][0]["kept"] == 60
-    assert set(state["planner"]) == {"seed", "n", "batch_size", "world_size", "rank", "policy", "kept_share"}
+    assert set(state["planner"]) == {
+        "seed",
+        "n",
+        "batch_size",
+        "world_size",
+        "rank",
+        "policy",
+        "kept_share",
+        "max_pruned_share",
+    }
     assert set(state["pairing"]) == {
         "losses_recorded",
         "batches_recorded",
@@ -120,25 +139,31 @@ def test_the_state_is_the_parts_states_under_their_names():
 
 def test_unpaired_batches_are_counted_across_a_resume():
     ds = IdDataset(64)
-    a = EpochSiftingDataloader({"seed": 1}, DataLoader(ds, batch_size=16), num_epochs=3)
+    a = EpochSiftingDataloader({**PRUNE_FROM_THE_START, "seed": 1}, DataLoader(ds, batch_size=16), num_epochs=3)
     for i, (x, _y) in enumerate(a):
         if i != 3:  # the epoch's last batch gets no loss (an earlier one would raise at the next yield)
             a.weighted_loss(oracle_loss(x))
     it = iter(a)  # the next epoch: the batch without its loss is counted as dropped
     x, y = next(it)
     a.weighted_loss(oracle_loss(x))
-    b = EpochSiftingDataloader({"seed": 1}, DataLoader(IdDataset(64), batch_size=16), num_epochs=3)
+    b = EpochSiftingDataloader(
+        {**PRUNE_FROM_THE_START, "seed": 1}, DataLoader(IdDataset(64), batch_size=16), num_epochs=3
+    )
     b.load_state_dict(roundtrip(a.state_dict()))
     assert b.metrics()["unpaired_batches"] == a.metrics()["unpaired_batches"] == 1
     assert b.counts == a.counts
 
 
-@pytest.mark.parametrize("version", [0, 3, "2", None])
+@pytest.mark.parametrize("version", [0, 4, "2", None])
 def test_other_versions_are_refused_naming_theirs_and_the_supported_one(version):
-    a = EpochSiftingDataloader({"seed": 1}, DataLoader(IdDataset(20), batch_size=4), num_epochs=2)
+    a = EpochSiftingDataloader(
+        {**PRUNE_FROM_THE_START, "seed": 1}, DataLoader(IdDataset(20), batch_size=4), num_epochs=2
+    )
     state = a.state_dict()
     state["version"] = version
-    with pytest.raises(ValueError, match=rf"version {version!r}; readable versions: 1, 2 \(current {STATE_VERSION}\)"):
+    with pytest.raises(
+        ValueError, match=rf"version {version!r}; readable versions: 1, 2, 3 \(current {STATE_VERSION}\)"
+    ):
         a.load_state_dict(state)
 
 
@@ -202,7 +227,7 @@ def test_a_resume_after_prefetched_batches_matches_across_the_new_layout():
     """The new layout's own round trip with batches pulled ahead (the version-1 fixture's
     situation), with a model training between steps: the resumed run trains the same
     batches with the same weighted losses to the same parameters."""
-    cfg = {"seed": 9, "kept_share": 0.5, "noise_guard_epochs": 1}
+    cfg = {**PRUNE_FROM_THE_START, "seed": 9, "kept_share": 0.5, "noise_guard_epochs": 1}
 
     def new():
         return EpochSiftingDataloader(cfg, DataLoader(IdDataset(70), batch_size=6, shuffle=True), num_epochs=4)

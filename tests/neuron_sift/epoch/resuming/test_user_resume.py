@@ -18,7 +18,14 @@ from torch.utils.data import DataLoader, TensorDataset
 from neuron_sift import EpochSiftingDataloader
 from tests.helpers.state_roundtrip import roundtrip
 from tests.helpers.subprocess_limits import LIMIT_S
-from tests.neuron_sift.epoch.helpers import ROOT, IdDataset, Prefetcher, oracle_loss, version_1_state
+from tests.neuron_sift.epoch.helpers import (
+    PRUNE_FROM_THE_START,
+    ROOT,
+    IdDataset,
+    Prefetcher,
+    oracle_loss,
+    version_1_state,
+)
 
 N, BATCH, EPOCHS = 90, 8, 4  # full epochs: 12 batches (the last of 2); sifted ones about 6
 
@@ -99,9 +106,9 @@ def uninterrupted(cfg):
 
 
 CFGS = {
-    "percentile": {"seed": 5},
-    "below_mean-budget": {"seed": 5, "policy": "below_mean", "kept_share": 0.5},
-    "guard": {"seed": 5, "noise_guard_epochs": 1, "noise_guard_quantile": 0.8},
+    "percentile": {**PRUNE_FROM_THE_START, "seed": 5},
+    "below_mean-budget": {**PRUNE_FROM_THE_START, "seed": 5, "policy": "below_mean", "kept_share": 0.5},
+    "guard": {**PRUNE_FROM_THE_START, "seed": 5, "noise_guard_epochs": 1, "noise_guard_quantile": 0.8},
 }
 
 
@@ -123,7 +130,7 @@ def test_a_resume_after_batches_prefetched_but_not_trained(stop):
     """A wrapper pulls up to 4 batches ahead; the sifted epoch has 9. Stopped after 2 of them
     (the wrapper is still pulling) or after 7 (it has pulled the whole epoch): the batches
     pulled but not trained are yielded again."""
-    cfg = {"seed": 2, "kept_share": 0.8}
+    cfg = {**PRUNE_FROM_THE_START, "seed": 2, "kept_share": 0.8}
     full = uninterrupted(cfg)
     a = Trainee(cfg).train(stop=stop, wrap=lambda loader: Prefetcher(loader, depth=3))
     b = Trainee(cfg)
@@ -132,7 +139,7 @@ def test_a_resume_after_batches_prefetched_but_not_trained(stop):
 
 
 def test_a_resume_with_workers():
-    cfg = {"seed": 4, "kept_share": 0.3}
+    cfg = {**PRUNE_FROM_THE_START, "seed": 4, "kept_share": 0.3}
     kw = {"num_workers": 1, "persistent_workers": True}
     full = Trainee(cfg, **kw).train()
     a = Trainee(cfg, **kw).train(stop=14)
@@ -152,7 +159,7 @@ def as_version_1(state):
 
 
 def test_a_version_1_state_of_a_training_run_resumes_it():
-    cfg = {"seed": 6, "noise_guard_epochs": 1, "noise_guard_quantile": 0.8}
+    cfg = {**PRUNE_FROM_THE_START, "seed": 6, "noise_guard_epochs": 1, "noise_guard_quantile": 0.8}
     full = Trainee(cfg).train()
     a = Trainee(cfg).train(stop=15)
     state = roundtrip(a.state_dict())
@@ -214,7 +221,9 @@ def test_a_run_without_a_seed_resumes_in_a_new_process(tmp_path):
 
 def test_the_nonfinite_count_survives_a_resume():
     def new():
-        return EpochSiftingDataloader({"seed": 1}, DataLoader(IdDataset(40), batch_size=8), num_epochs=3)
+        return EpochSiftingDataloader(
+            {**PRUNE_FROM_THE_START, "seed": 1}, DataLoader(IdDataset(40), batch_size=8), num_epochs=3
+        )
 
     a = new()
     it = iter(a)

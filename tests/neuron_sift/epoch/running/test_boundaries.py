@@ -12,10 +12,10 @@ from torch.utils.data import DataLoader
 
 from neuron_sift import EpochSiftingDataloader
 from tests.helpers.state_roundtrip import roundtrip
-from tests.neuron_sift.epoch.helpers import IdDataset, ids_of, oracle_loss
+from tests.neuron_sift.epoch.helpers import PRUNE_FROM_THE_START, IdDataset, ids_of, oracle_loss
 
 N, B, E = 100, 16, 4
-CFG = {"seed": 1, "kept_share": 0.5, "anneal_fraction": 0.25}
+CFG = {**PRUNE_FROM_THE_START, "seed": 1, "kept_share": 0.5, "anneal_fraction": 0.25}
 
 
 def new_run(drop_last=False, cfg=CFG, n=N):
@@ -120,7 +120,9 @@ def assert_same_state(a, b):
     ]
 
 
-@pytest.mark.parametrize("cfg", [CFG, {"seed": 1, "policy": "below_mean"}], ids=["budget", "below_mean"])
+@pytest.mark.parametrize(
+    "cfg", [CFG, {**PRUNE_FROM_THE_START, "seed": 1, "policy": "below_mean"}], ids=["budget", "below_mean"]
+)
 def test_a_peek_does_not_change_the_run(cfg, caplog):
     _, _, plain = new_run(cfg=cfg)
     expected = run_epochs(plain, E)

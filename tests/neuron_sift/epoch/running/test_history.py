@@ -13,7 +13,7 @@ from neuron_sift import EpochSiftingDataloader
 from neuron_sift.epoch.planning.plan import EpochPlan, TrainedCounts
 from neuron_sift.epoch.running.history import EpochHistory
 from tests.helpers.state_roundtrip import roundtrip
-from tests.neuron_sift.epoch.helpers import IdDataset, oracle_loss
+from tests.neuron_sift.epoch.helpers import PRUNE_FROM_THE_START, IdDataset, oracle_loss
 
 
 def sifted(epoch=1):
@@ -53,7 +53,9 @@ def test_an_entry_with_neither_share_is_refused_naming_both():
 
 def test_metrics_report_the_alias_for_each_epoch_without_adding_it_to_the_record():
     loader = EpochSiftingDataloader(
-        {"seed": 2, "kept_share": 0.5}, DataLoader(IdDataset(20), batch_size=5, shuffle=True), num_epochs=3
+        {**PRUNE_FROM_THE_START, "seed": 2, "kept_share": 0.5},
+        DataLoader(IdDataset(20), batch_size=5, shuffle=True),
+        num_epochs=3,
     )
     for _ in range(2):
         for x, _y in loader:

@@ -11,12 +11,12 @@ from torch.utils.data import DataLoader
 
 from neuron_sift import EpochSiftingDataloader, LossOutputException
 from neuron_sift.integrations.schedules import ExactLengthLoader
-from tests.neuron_sift.epoch.helpers import IdDataset, ids_of, oracle, oracle_loss
+from tests.neuron_sift.epoch.helpers import PRUNE_FROM_THE_START, IdDataset, ids_of, oracle, oracle_loss
 
 
 def make(n=64, batch=8, epochs=3, cfg=None, **kw):
     dl = DataLoader(IdDataset(n), batch_size=batch, shuffle=True)
-    return EpochSiftingDataloader({"seed": 3, **(cfg or {})}, dl, num_epochs=epochs, **kw)
+    return EpochSiftingDataloader({"seed": 3, **PRUNE_FROM_THE_START, **(cfg or {})}, dl, num_epochs=epochs, **kw)
 
 
 def poisoned(x, bad):

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from neuron_sift import EpochSiftingDataloader
+from tests.neuron_sift.epoch.helpers import PRUNE_FROM_THE_START
 from tests.neuron_sift.epoch.thread_ranks import ThreadWorld
 from tests.neuron_sift.epoch.thread_runs import train
 
@@ -27,7 +28,7 @@ def equal_loss(ids: torch.Tensor, epoch: int) -> torch.Tensor:
 @pytest.mark.parametrize("table", ["replicated", "sharded"])
 @pytest.mark.parametrize("world", [1, 2])
 def test_equal_losses_leave_nothing_out_and_train_the_budget(monkeypatch, caplog, table, world):
-    config = {"score_table": table, "noise_guard_epochs": 1, "kept_share": 0.5}
+    config = {"score_table": table, "noise_guard_epochs": 1, "kept_share": 0.5, **PRUNE_FROM_THE_START}
     with caplog.at_level(logging.WARNING):
         run = train(monkeypatch, world, config, loss=equal_loss)
     sifted = [h for h in run.history[0] if h["kind"] == "sift"]
@@ -42,7 +43,7 @@ def test_equal_losses_leave_nothing_out_and_train_the_budget(monkeypatch, caplog
 @pytest.mark.parametrize("table", ["replicated", "sharded"])
 def test_a_guard_that_leaves_some_samples_still_excludes(monkeypatch, table):
     """Distinct losses: the guard leaves out the top ones, at most a fifth (q = 0.8)."""
-    config = {"score_table": table, "noise_guard_epochs": 1, "kept_share": 0.5}
+    config = {"score_table": table, "noise_guard_epochs": 1, "kept_share": 0.5, **PRUNE_FROM_THE_START}
     run = train(monkeypatch, 1, config, loss=lambda ids, epoch: ids.float() + 1.0)
     excluded = [h["excluded"] for h in run.history[0] if h["kind"] == "sift"]
     assert any(excluded) and max(excluded) <= 0.2 * 96
@@ -71,7 +72,7 @@ def classifier_run(world: ThreadWorld, table: str):
     torch.manual_seed(0)
     model = torch.nn.Linear(2, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    config = {"seed": 0, "kept_share": BUDGET, "score_table": table, **GUARD}
+    config = {"seed": 0, "kept_share": BUDGET, "score_table": table, **GUARD, **PRUNE_FROM_THE_START}
     loader = EpochSiftingDataloader(config, DataLoader(data, batch_size=20, shuffle=True), EPOCHS)
     zeros = []
     for _ in range(EPOCHS):
@@ -111,7 +112,13 @@ def test_an_epoch_far_below_its_budget_is_warned_about(caplog):
     """Whatever the cause (here a guard that may leave out nine tenths of the samples, and does):
     a sifted epoch that trains less than four fifths of its budget says so, naming the guard."""
     data, _ = separable_with_flipped_labels()
-    config = {"seed": 0, "kept_share": 0.5, "noise_guard_epochs": 1, "noise_guard_quantile": 0.1}
+    config = {
+        "seed": 0,
+        "kept_share": 0.5,
+        "noise_guard_epochs": 1,
+        "noise_guard_quantile": 0.1,
+        **PRUNE_FROM_THE_START,
+    }
     loader = EpochSiftingDataloader(config, DataLoader(data, batch_size=20), 4)
     with caplog.at_level(logging.WARNING):
         for _ in range(4):

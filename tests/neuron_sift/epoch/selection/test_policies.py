@@ -42,7 +42,8 @@ def test_a_rule_added_as_an_entry_plans_under_both_tables(monkeypatch, table):
     monkeypatch.setitem(rank_settings._CHOICES, "policy", names)
     assert policies.epoch_policy(EpochSiftConfig(policy="half")).expected_share() == 0.5
     dl = DataLoader(IdDataset(64), batch_size=8, shuffle=True)
-    loader = EpochSiftingDataloader({"policy": "half", "seed": 1, "score_table": table}, dl, num_epochs=4)
+    config = {"policy": "half", "seed": 1, "score_table": table, "start_rank_correlation": None}
+    loader = EpochSiftingDataloader(config, dl, num_epochs=4)
     assert len(loader) == 8 and loader.planned_steps() == 8 + 4 + 4 + 4  # the entry's expected share
     for _ in range(2):
         for x, _y in loader:

@@ -21,9 +21,10 @@ from tests.neuron_sift.epoch.format_sources import (
     arrow_dataset,
     write_shards,
 )
+from tests.neuron_sift.epoch.helpers import PRUNE_FROM_THE_START
 
 N, BATCH = 96, 8
-CONFIG = {"seed": 5, "kept_share": 0.5, "warmup_epochs": 1}
+CONFIG = {**PRUNE_FROM_THE_START, "seed": 5, "kept_share": 0.5, "warmup_epochs": 1}
 
 
 @pytest.fixture(autouse=True)

@@ -22,11 +22,11 @@ from torch.utils.data import (
 
 from neuron_sift import EpochSiftingDataloader
 from tests.helpers.state_roundtrip import roundtrip
-from tests.neuron_sift.epoch.helpers import IdDataset, ids_of, oracle_loss
+from tests.neuron_sift.epoch.helpers import PRUNE_FROM_THE_START, IdDataset, ids_of, oracle_loss
 
 N, B, EPOCHS = 100, 8, 5  # warm-up, 3 sifted epochs, 1 annealing epoch (anneal_fraction 0.2)
 TRAIN = sorted(np.random.default_rng(0).permutation(N)[:60].tolist())  # a train split, not contiguous
-CFG = {"seed": 4, "anneal_fraction": 0.2}
+CFG = {**PRUNE_FROM_THE_START, "seed": 4, "anneal_fraction": 0.2}
 
 
 class SubsetSampler(Sampler[int]):
