@@ -36,7 +36,7 @@ from benchmarks.core.lm_corpus import read_corpus, stream_order  # noqa: E402
 from benchmarks.core.lm_model import ByteTransformer, LMShape, sequence_losses  # noqa: E402
 from benchmarks.measurement.environment import versions  # noqa: E402
 from benchmarks.measurement.options import CLOCKS  # noqa: E402
-from neuron_sift.dataloader.scoring import SCORING_DTYPES, scoring_mode  # noqa: E402
+from neuron_sift.scoring.forward import SCORING_DTYPES, scoring_mode  # noqa: E402
 
 VARIANTS = (("no_grad", "model"), ("inference_mode", "model"), ("no_grad", "bfloat16"), ("inference_mode", "bfloat16"))
 

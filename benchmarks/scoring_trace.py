@@ -32,7 +32,7 @@ import benchmarks  # noqa: E402,F401
 sys.path.remove(_CHECKOUT)
 from benchmarks.core.tasks import CNN1D  # noqa: E402
 from neuron_sift import TracedLoss  # noqa: E402
-from neuron_sift.dataloader.scoring import scoring_mode  # noqa: E402
+from neuron_sift.scoring.forward import scoring_mode  # noqa: E402
 
 
 class CE:

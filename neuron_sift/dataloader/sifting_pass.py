@@ -31,8 +31,8 @@ import torch
 
 from neuron_sift.data_model.data_model_interface import SiftingBatch
 from neuron_sift.dataloader.parts import LoaderParts, PassPosition
-from neuron_sift.dataloader.scoring import SCORING_DTYPES, check_losses, scoring_mode
 from neuron_sift.exceptions import UnsupportedDataFormatException, add_context
+from neuron_sift.scoring.forward import SCORING_DTYPES, check_losses, scoring_mode
 from neuron_sift.shared.logs import LOADER_LOGGER
 
 logger = logging.getLogger(LOADER_LOGGER)

@@ -13,9 +13,9 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from neuron_sift import RelativeProbabilisticSiftConfig, SiftingDataloader
-from neuron_sift.dataloader.scoring import scoring_mode
 from neuron_sift.exceptions import SiftConfigValidationException
 from neuron_sift.loss.abstract_sift_loss_module import Loss
+from neuron_sift.scoring.forward import scoring_mode
 
 
 class CrossEntropy(Loss):

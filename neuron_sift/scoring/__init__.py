@@ -1,0 +1,1 @@
+"""Scoring shared by both modes: the no-grad forward, reference-loss tables, cheaper scorers."""
