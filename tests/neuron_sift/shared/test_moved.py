@@ -25,4 +25,4 @@ def test_an_old_path_hands_out_the_new_object_with_a_warning(old, new, name):
 @pytest.mark.parametrize("old, new, name", MOVED, ids=[old for old, _, _ in MOVED])
 def test_an_old_path_refuses_a_name_the_new_module_lacks(old, new, name):
     with pytest.raises(AttributeError, match=f"moved to {new!r}"):
-        importlib.import_module(old).no_such_name
+        _ = importlib.import_module(old).no_such_name
