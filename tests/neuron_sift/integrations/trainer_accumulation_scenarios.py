@@ -15,6 +15,8 @@ import os
 import shutil
 import tempfile
 
+import transformers
+
 from neuron_sift import EpochSiftConfig
 from neuron_sift.integrations.epoch_trainer import enable_epoch_sifting
 from tests.neuron_sift.integrations.trainer_harness import (
@@ -72,6 +74,7 @@ def main():
             "global_step": global_step,
             "per_epoch": per_epoch,
             "resumed": resumed,
+            "transformers_major": int(transformers.__version__.split(".")[0]),
         }
     print("RESULTS " + json.dumps(results))
 
