@@ -20,6 +20,8 @@ from neuron_sift.exceptions import (
     UnsupportedDataFormatException,
 )
 from neuron_sift.loss.abstract_sift_loss_module import Loss
+from neuron_sift.scoring.reference_table import ReferenceTable, dataset_fingerprint
+from neuron_sift.scoring.score_dataset import score_dataset
 from neuron_sift.sift_config.epoch_config import EpochSiftConfig
 from neuron_sift.sift_config.sift_configs import (
     LossConfig,
@@ -36,6 +38,7 @@ __all__ = [
     "LossConfig",
     "LossImplementationNotProvidedException",
     "LossOutputException",
+    "ReferenceTable",
     "RelativeProbabilisticSiftConfig",
     "SiftConfigValidationException",
     "SiftingBaseConfig",
@@ -47,4 +50,6 @@ __all__ = [
     "TracedLoss",
     "UnsupportedDataFormatException",
     "__version__",
+    "dataset_fingerprint",
+    "score_dataset",
 ]

@@ -74,6 +74,16 @@ class Backend(abc.ABC):
     def sync(self) -> None:  # noqa: B027 - a no-op where the device has no lazy graph
         """The step boundary: cut the device's lazy graph (asynchronously) where it has one."""
 
+    def wait(self) -> None:  # noqa: B027 - a no-op where device work is done when issued
+        """Block until the device has finished the work issued so far: only for timing the
+        work itself (the payback check), never in the path of a batch."""
+
+    @property
+    def fixed_shapes(self) -> bool:
+        """Whether every graph must see one input shape (a short last batch padded to the
+        batch size): a device that compiles a graph per shape."""
+        return False
+
     @property
     def extraction_only(self) -> bool:
         """Whether device values are stubs (graph extraction for Neuron): never trust a read."""

@@ -268,7 +268,7 @@ class DevicePending(PendingStore):
         extraction = self.backend.extraction_only
         indices = None
         nonfinite = 0
-        if sifter.mode == "fixed":
+        if sifter.config.keeps_exact_count:
             count = sifter.rows_taken(n, len(scored))
             if host_fields:
                 self.backend.sync()

@@ -61,6 +61,13 @@ class EagerBackend(Backend):
     def to_host(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor.detach().cpu()
 
+    def wait(self) -> None:
+        """The device's own synchronize, where it has one (CUDA and the accelerators torch
+        drives); the CPU's work is done when issued."""
+        module = getattr(torch, self.device.type, None)
+        if self.device.type != "cpu" and module is not None and hasattr(module, "synchronize"):
+            module.synchronize(self.device)
+
     @property
     def can_run_step_on_host(self) -> bool:
         """A CPU device is the host."""

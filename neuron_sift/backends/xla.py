@@ -67,6 +67,10 @@ class XlaBackend(Backend):
         )
 
     @property
+    def fixed_shapes(self) -> bool:
+        return True
+
+    @property
     def extraction_only(self) -> bool:
         return graph_extraction_only()
 
@@ -75,6 +79,13 @@ class XlaBackend(Backend):
 
     def sync(self) -> None:
         torch_xla.sync()
+
+    def wait(self) -> None:
+        """Cut the lazy graph and wait for the device to run it."""
+        import torch_xla.core.xla_model as xm
+
+        torch_xla.sync()
+        xm.wait_device_ops()
 
     @property
     def holds_on_host(self) -> bool:

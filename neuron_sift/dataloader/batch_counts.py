@@ -69,7 +69,7 @@ def plan_epochs(
     assert batch_size is not None  # source_batch_sizes needs it
     b = batch_size
     base = config.base_config
-    expected = config.selection_mode != "fixed"
+    expected = not config.keeps_exact_count
     share = config.expected_kept_share()
     remaining = float(pending)
     plan: list[int] = []
@@ -106,7 +106,7 @@ def plan_loader(sl: LoaderParts, source: Any, epochs: int, resume_at: int) -> tu
     """
     b = sl.batch_size
     sizes = source_batch_sizes(source, b)
-    if sl.selection_mode == "fixed" and sizes:
+    if sl.sift_config.keeps_exact_count and sizes:
         assert b is not None  # source_batch_sizes raises TypeError without one
         sl.sifter.fixed_keep_count(b)  # raises if a full batch would keep nothing
     pending = len(sl.pending) if sl.pending is not None else 0
@@ -115,10 +115,10 @@ def plan_loader(sl: LoaderParts, source: Any, epochs: int, resume_at: int) -> tu
 
 def exact_pass_length(sl: LoaderParts, source: Any, skip: int) -> int | None:
     """The batches the loader ``sl``'s next pass emits (what is left of it after ``skip``
-    consumed source batches), when known exactly in advance: fixed mode over a sized source;
+    consumed source batches), when known exactly in advance: fixed or topk mode over a sized source;
     else None. A resumed pass counts what is left of it, so that its look-ahead scores the
     trailing source batches at the same point as the uninterrupted run."""
-    if sl.selection_mode != "fixed" or sl.batch_size is None:
+    if not sl.sift_config.keeps_exact_count or sl.batch_size is None:
         return None
     try:
         return plan_loader(sl, source, 1, skip)[0][0]

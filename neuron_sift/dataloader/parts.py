@@ -16,8 +16,11 @@ from neuron_sift.backends.pending import PendingStore
 from neuron_sift.data_model.data_model_interface import SiftingBatch
 from neuron_sift.data_model.saved_batch import SavedBatch
 from neuron_sift.dataloader.agreement import EmissionAgreement
+from neuron_sift.dataloader.batch_scorer import BatchScorer
 from neuron_sift.dataloader.delay import SiftDelay
 from neuron_sift.dataloader.notices import RateLimitedNotice
+from neuron_sift.dataloader.payback import PaybackCheck
+from neuron_sift.dataloader.sample_ids import SampleIds
 from neuron_sift.dataloader.sifting_counts import SiftingCounts
 from neuron_sift.engine.sifter import Sifter
 from neuron_sift.shared.counts import PhaseTimings
@@ -55,6 +58,7 @@ class LoaderParts(Protocol):
 
     # the user's arguments
     orig_dataloader: Any
+    source: Any  # what the passes read: orig_dataloader, or it rebuilt to record sample ids
     model: torch.nn.Module
     loss_fn: Callable[..., Any]
     batch_transforms: Any
@@ -74,6 +78,9 @@ class LoaderParts(Protocol):
     phases: PhaseTimings
     nonfinite_notice: RateLimitedNotice
     drop_notice: RateLimitedNotice
+    scorer: BatchScorer
+    sample_ids: SampleIds | None
+    payback: PaybackCheck
 
     @property
     def batch_size(self) -> int | None: ...
@@ -92,7 +99,7 @@ def new_pending_store(sl: LoaderParts, default_batch: bool) -> PendingStore:
     the ranks agree on emission; ``default_batch``: for batches of the default handling."""
     b = sl.batch_size
     assert b is not None  # learned from the first scored batch, or restored with the checkpoint
-    rows = sl.sifter.fixed_keep_count(b) if sl.selection_mode == "fixed" else b
+    rows = sl.sifter.fixed_keep_count(b) if sl.sift_config.keeps_exact_count else b
     limit = sl.agreement.max_pending(b) if sl.agreement.coordinated else None
     return sl.backend.pending_store(b, rows, limit, default_batch)
 

@@ -26,15 +26,19 @@ from neuron_sift.data_model.default_sifting_batch import DefaultSiftingBatch
 from neuron_sift.dataloader import loader_arguments as arguments
 from neuron_sift.dataloader.agreement import EmissionAgreement
 from neuron_sift.dataloader.batch_counts import check_yields_a_batch, exact_pass_length, plan_loader
+from neuron_sift.dataloader.batch_scorer import BatchScorer
 from neuron_sift.dataloader.delay import SiftDelay
 from neuron_sift.dataloader.loader_checkpoint import loader_state, restore_loader_state
 from neuron_sift.dataloader.notices import drop_notice, nonfinite_notice
 from neuron_sift.dataloader.parts import PassPosition, new_pending_store, restored_pending_store
+from neuron_sift.dataloader.payback import PaybackCheck
 from neuron_sift.dataloader.rank_settings import check_same_on_every_rank
+from neuron_sift.dataloader.sample_ids import SampleIds
 from neuron_sift.dataloader.sifting_counts import SiftingCounts
 from neuron_sift.dataloader.sifting_pass import SiftingPass
 from neuron_sift.engine.sifter import Sifter
 from neuron_sift.loss.abstract_sift_loss_module import resolve_loss_fn
+from neuron_sift.scoring.reference_table import as_reference_table
 from neuron_sift.shared.counts import PhaseTimings
 from neuron_sift.shared.iterators import IteratorGeneration
 from neuron_sift.shared.logs import LOADER_LOGGER
@@ -77,6 +81,13 @@ class SiftingDataloader:
         max_pending: probabilistic mode under data-parallel agreement: the most kept samples a
             rank keeps pending (None: four batches); newly kept samples beyond it are dropped and
             counted.
+        scoring_model: a module that scores instead of ``model`` (a smaller one: the scoring
+            forward is per-batch sifting's cost), on the model's device; ``scoring_optimizer``:
+            its optimizer, to train it one step on each yielded batch (``batch_scorer.py``).
+        reference: a ``ReferenceTable`` or a folder written by ``score_dataset``: the reference
+            losses the config's ``criterion`` ``"excess"`` or ``"reference"`` reads by sample id.
+        sample_ids: a function of a source batch returning its dataset indices, for a source
+            with no sampler to read them from (``sample_ids.py``).
 
     Iterating yields batches of exactly ``batch_size`` kept samples in the source loader's own
     format (through ``reverse_transform`` when a transform is given).
@@ -109,6 +120,10 @@ class SiftingDataloader:
         log_batch_contents: bool = False,
         distributed: bool | None = None,
         max_pending: int | None = None,
+        scoring_model: torch.nn.Module | None = None,
+        scoring_optimizer: torch.optim.Optimizer | None = None,
+        reference: Any = None,
+        sample_ids: Callable[[Any], Any] | None = None,
     ):
         self.sift_config = coerce_sift_config(sift_config)
         self.orig_dataloader = arguments.check_source(orig_dataloader)
@@ -125,6 +140,12 @@ class SiftingDataloader:
         )
         self.batch_format_index = batch_format_index
         self.backend = resolve_backend(model_device(self.model), backend)
+        table = as_reference_table(reference)
+        self.sample_ids = SampleIds(orig_dataloader, sample_ids) if table is not None else None
+        self.source = self.sample_ids.source if self.sample_ids is not None else orig_dataloader  # what passes read
+        scorer = (scoring_model, scoring_optimizer, table, self.sample_ids)
+        self.scorer = BatchScorer(self.sift_config, self.model, self.loss_fn, self.backend, *scorer)
+        self.payback = PaybackCheck(self.backend, self.sift_config.expected_kept_share())
         self.ranks = RankGroup(distributed, self.backend.device)
         self.counts = SiftingCounts()
         self.sifter = Sifter(self.sift_config, self.backend, self.ranks)
@@ -182,18 +203,10 @@ class SiftingDataloader:
         return self.agreement.max_pending(self._batch_size)
 
     def __len__(self) -> int:
-        """Batches the next epoch emits: exact in ``fixed`` mode, an estimate in ``probabilistic``.
-
-        After ``load_state_dict()`` of a checkpoint taken mid-epoch, the batches the resumed
-        epoch still emits (its first iteration continues that epoch). The estimate is the
-        expected count (``plan_epochs``), so a learning-rate schedule or a Trainer sized from
-        ``len(loader)`` ends near its planned end; the actual count varies by a few batches.
-        Raises ``TypeError`` when the source loader has no length (like a DataLoader over an
-        IterableDataset).
-
-        Returns:
-            The number of batches of the next epoch (or of the rest of a resumed one).
-        """
+        """Batches the next epoch emits (after ``load_state_dict()`` mid-epoch: the rest of the
+        resumed one): exact in ``fixed`` and ``topk`` modes, the expected count
+        (``plan_epochs``) in ``probabilistic``, so a schedule or a Trainer sized from it ends
+        near its planned end. ``TypeError`` when the source loader has no length."""
         return self.estimated_length()
 
     def estimated_length(self) -> int:
@@ -206,7 +219,7 @@ class SiftingDataloader:
         in fixed mode, which keeps a known number of every source batch. Read from the
         selection mode alone: the count is exact only when the source yields the batches its
         sampler plans (as a DataLoader over a sized dataset does), which is not checked here."""
-        return self.selection_mode == "fixed"
+        return self.sift_config.keeps_exact_count
 
     # -- iteration ---------------------------------------------------------------------
 
@@ -271,9 +284,6 @@ class SiftingDataloader:
         resumed from it, with the same source data order, emits exactly the batches the
         uninterrupted run would have emitted.
 
-        Returns:
-            A dict of tensors (on the CPU) and plain Python values.
-
         Raises:
             TypeError: pending samples of a custom ``SiftingBatch`` type other than ``ListBatch``
                 or ``TensorBatch`` cannot be saved; save when ``num_pending == 0``.
@@ -281,16 +291,15 @@ class SiftingDataloader:
         return loader_state(self)
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore a ``state_dict()``; the next iteration continues where it was taken.
-
-        Mid-epoch, the next ``iter()`` skips the source batches the checkpoint had already
+        """Restore a ``state_dict()``; the next iteration continues where it was taken. Mid-epoch, the next ``iter()`` skips the source batches the checkpoint had already
         consumed (they are still loaded, not scored), so the source loader must produce the
         same order again (e.g. a seeded sampler with ``set_epoch``). ``beta_value`` may
         differ from the checkpoint's (it shapes only the keep probabilities from then on, and
         how often data-parallel ranks agree: every saved part stays valid under any beta), and
         a warning names both values; the selection mode, history length and batch size may
         not.
-        Checkpoints of every earlier format version of this library load.
+        Checkpoints of every earlier format version load. The scoring model and its optimizer
+        are the user's to save and restore, as the model is.
 
         Args:
             state: a dict returned by ``state_dict()`` of a loader of the same selection mode and
@@ -320,14 +329,9 @@ class SiftingDataloader:
         return len(self.pending) if self.pending is not None else 0
 
     def pending_batch(self) -> SiftingBatch | None:
-        """The kept samples not yet emitted, as one ``SiftingBatch`` (None if none).
-
-        Right after ``load_state_dict()`` and before the first scored batch, restored
-        samples have no container types yet; they are reported through the checkpoint.
-
-        Returns:
-            A ``SiftingBatch`` of the pending samples, or None when none are pending.
-        """
+        """The kept samples not yet emitted, as one ``SiftingBatch`` (None if none). Right after
+        ``load_state_dict()`` and before the first scored batch, restored samples have no
+        container types yet; they are reported through the checkpoint."""
         return self.pending.pending_batch() if self.pending is not None else None
 
     @property
@@ -336,22 +340,17 @@ class SiftingDataloader:
         return self.phases.machinery_seconds
 
     def metrics(self) -> dict:
-        """Counts (host) plus the device counters and history fill (one host read).
-
-        Returns:
-            A dict: the fields of ``counts``, ``history_fill``, the device counters
-            (``device_num_scored``, ``device_num_kept``, ``device_num_nonfinite``), ``timings``
-            (seconds and calls per phase), ``machinery_seconds`` and ``observed_kept_share``
-            (kept / seen so far; also under its old name ``kept_share`` for one release, the
-            name of ``EpochSiftConfig``'s setting).
-        """
+        """Counts (host) plus the device counters and history fill (one host read): the fields
+        of ``counts``, ``history_fill``, ``device_num_scored``, ``device_num_kept``,
+        ``device_num_nonfinite``, ``timings`` (seconds and calls per phase),
+        ``machinery_seconds``, ``payback`` (``payback.py``'s report, None until measured) and
+        ``observed_kept_share`` (kept / seen so far; also under its old name ``kept_share`` for
+        one release, the name of ``EpochSiftConfig``'s setting)."""
         fill, scored, kept, nonfinite = self.sifter.read_counters()
         out: dict[str, Any] = self.counts.as_dict(nonfinite)
-        out["history_fill"] = fill
-        out["device_num_scored"] = scored
-        out["device_num_kept"] = kept
-        out["device_num_nonfinite"] = nonfinite
+        out.update(history_fill=fill, device_num_scored=scored, device_num_kept=kept, device_num_nonfinite=nonfinite)
         out["timings"] = self.phases.as_dict()
+        out["payback"] = self.payback.report
         out["machinery_seconds"] = self.machinery_seconds
         out["observed_kept_share"] = out["kept_share"] = self.counts.observed_kept_share
         return out

@@ -1,8 +1,8 @@
 """One pass of a ``SiftingDataloader`` over its source (an epoch): the iterator that owns
 the pass's position.
 
-Per source batch: transform to a ``SiftingBatch``, score every sample with the user's
-loss in an eval-mode, no-grad forward pass, select (``neuron_sift.engine``), and add the
+Per source batch: transform to a ``SiftingBatch``, score every sample (``batch_scorer.py``:
+the user's loss in an eval-mode, no-grad forward pass, by default), select (``neuron_sift.engine``), and add the
 kept samples to the backend's pending store; every time ``batch_size`` kept samples are
 pending (or, under data-parallel agreement, as many batches as every rank has), one
 batch is emitted in the user's own format.
@@ -31,8 +31,8 @@ import torch
 
 from neuron_sift.data_model.data_model_interface import SiftingBatch
 from neuron_sift.dataloader.parts import LoaderParts, PassPosition
+from neuron_sift.dataloader.sample_ids import SampleIds
 from neuron_sift.exceptions import UnsupportedDataFormatException, add_context
-from neuron_sift.scoring.forward import SCORING_DTYPES, check_losses, scoring_mode
 from neuron_sift.shared.logs import LOADER_LOGGER
 
 logger = logging.getLogger(LOADER_LOGGER)
@@ -46,9 +46,10 @@ class SourceReader:
     re-raised by DataLoader) propagates unchanged apart from a note saying which batch failed.
     """
 
-    def __init__(self, source: Any, epoch: int):
+    def __init__(self, source: Any, epoch: int, ids: SampleIds | None = None):
         self._source = source
         self._epoch = epoch
+        self._ids = ids
         self._it: Iterator[Any] | None = None
         self._index = 0
         self._done = False
@@ -70,6 +71,8 @@ class SourceReader:
                 f"neuron_sift: while loading source batch {self._index} of epoch {self._epoch} from orig_dataloader",
             )
             raise
+        if self._ids is not None:
+            self._ids.advance()
         index = self._index
         self._index += 1
         return index, batch
@@ -98,7 +101,7 @@ class SiftingPass:
         self.skip = skip
         self.planned = planned
         self.emitted = 0
-        self._sources = SourceReader(loader.orig_dataloader, position.index)
+        self._sources = SourceReader(loader.source, position.index, loader.sample_ids)
         self._batches = self._run()
 
     def __iter__(self) -> "SiftingPass":
@@ -129,7 +132,9 @@ class SiftingPass:
                     sl.counts.delayed(self._count_delayed(source, index))
                     self.position.consumed = index + 1
                     self._before_yield()
+                    sl.payback.yielding()
                     yield source
+                    sl.payback.resumed()
                     continue
                 start = time.perf_counter()
                 self._sift(source, index)
@@ -208,8 +213,11 @@ class SiftingPass:
         assert b is not None  # set from the first non-empty batch at the latest
         store.bind(transformed)  # restored samples first, ahead of anything kept from now on
         scored, original = store.prepare(transformed, source)
+        ids = sl.sample_ids.of(source, n) if sl.sample_ids is not None else None
         try:
-            losses = sl.phases.run("calculate_relevance_values", self._score, scored, original)
+            sl.payback.scoring_starts()
+            losses = sl.phases.run("calculate_relevance_values", sl.scorer.score, scored, original, ids)
+            sl.payback.scoring_ends()
         except Exception as exc:
             add_context(exc, f"neuron_sift: while scoring {where}")
             raise
@@ -233,15 +241,13 @@ class SiftingPass:
             logger.info("relevance_values_kept: %s", values[picked].tolist())
             logger.info("kept_indices: %s", picked.tolist())
 
-    def _score(self, transformed: SiftingBatch, source: Any) -> torch.Tensor:
-        sl = self.loader
-        config = sl.sift_config
-        precision = config.scoring_precision
-        autocast = None if precision == "model" else sl.backend.autocast(SCORING_DTYPES[precision])
-        inference = sl.backend.inference_mode() if config.scoring_inference_mode else None
-        with scoring_mode(sl.model, inference, autocast):
-            losses = sl.loss_fn(sl.model, transformed, source)
-        return check_losses(losses, len(transformed), sl.backend)
+    def _learn(self, batch: SiftingBatch, out_batch: Any) -> None:
+        """The scoring model's own step on the batch going to the loop (when it trains one)."""
+        scorer = self.loader.scorer
+        if scorer.scoring_optimizer is not None:
+            before = scorer.learn_seconds
+            self.loader.phases.run("train_scorer", scorer.learn, batch, out_batch)
+            self.loader.payback.learned(scorer.learn_seconds - before)
 
     @contextlib.contextmanager
     def _context(self, what: str) -> Iterator[None]:
@@ -287,6 +293,9 @@ class SiftingPass:
                 logger.info("sifted_batch_creation_latency: %.6f", time.perf_counter() - start)
             if sl.log_batch_contents:  # explicit opt-in: sample contents in the log
                 logger.info("emitted_batch: %r", out_batch)
+            self._learn(batch, out_batch)
             self._before_yield()
+            sl.payback.yielding()
             yield out_batch
+            sl.payback.resumed()
             start = time.perf_counter()

@@ -184,6 +184,16 @@ def sift_step_cpu(
         scratch.p[n_valid:] = -np.inf
         top = torch.topk(score, k, sorted=True).indices.numpy()
         kept = np.sort(top[: min(n_take, k)])
+    elif mode == "topk":  # the torch step's top_k_indices on the same scores: the same tie order
+        score = scratch.p_t
+        np.copyto(scratch.p, all_losses)
+        finite = np.isfinite(scratch.p)
+        scratch.p[~finite] = 0.0
+        if num_nonfinite:
+            scratch.p[:n_valid][~finite[:n_valid]] = np.inf
+        scratch.p[n_valid:] = -np.inf
+        top = torch.topk(score, k, sorted=True).indices.numpy()
+        kept = np.sort(top[: min(n_take, k)])
     else:
         raise ValueError(f"unknown selection mode {mode!r}")
     if shared_losses is not None:  # not fused

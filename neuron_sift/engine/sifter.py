@@ -82,18 +82,18 @@ class Sifter:
             self._consts = {}  # they depend on the seed
 
     def fixed_keep_count(self, batch_size: int) -> int:
-        """k for a full batch; an error when it is 0 (fixed mode would never emit)."""
+        """k for a full batch; an error when it is 0 (fixed or topk mode would never emit)."""
         k = self.config.fixed_keep_count(batch_size)
         if k < 1:
             raise SiftConfigValidationException(
-                f"RelativeProbabilisticSiftConfig.beta_value: selection_mode='fixed' keeps round(B / (1 + beta)) "
+                f"RelativeProbabilisticSiftConfig.beta_value: selection_mode={self.mode!r} keeps round(B / (1 + beta)) "
                 f"= round({batch_size} / {1 + self.config.beta_value:g}) = 0 samples of each batch of "
                 f"{batch_size}; use a larger batch size or a smaller beta_value"
             )
         return k
 
     def rows_taken(self, n_valid: int, rows: int) -> int:
-        """Fixed mode: samples kept from a batch of ``n_valid`` real rows (padded to ``rows``)."""
+        """Fixed and topk modes: samples kept from a batch of ``n_valid`` real rows (padded to ``rows``)."""
         return min(self.config.fixed_keep_count(n_valid), self.fixed_keep_count(rows))
 
     def step(self, losses: torch.Tensor, n_valid: int, batch_size: int) -> StepOutput | HostStepOutput:
@@ -101,7 +101,7 @@ class Sifter:
         rows = max(batch_size, int(losses.shape[0]))
         if losses.shape[0] < rows:  # pad to the static size; padding rows are masked out
             losses = torch.cat([losses, losses.new_zeros(rows - losses.shape[0])])
-        fixed = self.mode == "fixed"
+        fixed = self.config.keeps_exact_count
         k = self.fixed_keep_count(rows) if fixed else 1
         n_take = self.rows_taken(n_valid, rows) if fixed else 0
         per_batch = None

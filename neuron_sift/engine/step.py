@@ -22,6 +22,7 @@ from neuron_sift.kernels import (
     keep_log_probability,
     keep_probability,
     ring_buffer_update,
+    top_k_indices,
 )
 from neuron_sift.kernels.percentile import percentile_rank_auto
 from neuron_sift.kernels.random import row_keys, seed_key, uniform_from_keys
@@ -108,6 +109,9 @@ def sift_step(
     elif mode == "fixed":
         log_p = keep_log_probability(pct, beta)
         order, taken = gumbel_topk_indices(log_p, u, valid, force, k, n_take, consts.picks, consts.rows)
+        count = taken.to(torch.int64).sum()
+    elif mode == "topk":  # the k highest losses: no draw
+        order, taken = top_k_indices(safe, valid, force, k, n_take, consts.picks, consts.rows)
         count = taken.to(torch.int64).sum()
     else:
         raise ValueError(f"unknown selection mode {mode!r}")

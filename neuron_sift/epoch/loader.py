@@ -39,6 +39,7 @@ from neuron_sift.epoch.running.recording import LossRecorder
 from neuron_sift.epoch.score_table import score_table
 from neuron_sift.epoch.scores.tables import ScoreTables
 from neuron_sift.epoch.selection.guard import NoiseGuard
+from neuron_sift.epoch.selection.reference_scores import ReferenceScores, load_reference, reference_identity
 from neuron_sift.epoch.selection.start_rule import StartRule
 from neuron_sift.epoch.user_data.sampling import read_sampling
 from neuron_sift.epoch.user_data.source_loader import PlannedBatchSampler, inspect_source, rebuild
@@ -71,6 +72,8 @@ class EpochSiftingDataloader:
         lookahead: the most batches the training loop holds yielded but without their losses
             (an int >= 1), or None to learn it from the loop (see ``skip_batch``): give it when
             a wrapper around the loader prefetches a varying number of batches.
+        reference: a ``ReferenceTable`` (or its folder) of this dataset: plans rank excess loss,
+            and minus the reference loss before any score (``selection/reference_scores.py``).
 
     Iterating yields the source loader's own batches, of the samples the epoch's plan keeps,
     in the plan's order. Pass each batch's per-sample losses to ``weighted_loss``.
@@ -95,6 +98,7 @@ class EpochSiftingDataloader:
         distributed: bool | None = None,
         device: Any | None = None,
         lookahead: int | None = None,
+        reference: Any = None,
     ) -> None:
         self.sift_config = coerce_epoch_config(sift_config)
         self.num_epochs = positive_int(num_epochs, "num_epochs", allow_none=True)
@@ -108,15 +112,18 @@ class EpochSiftingDataloader:
         self.ranks = RankGroup(distributed, dev if dev is not None else torch.device("cpu"))
         # The samples the user's sampler can yield, and its order: plans never widen them.
         self.sampling = read_sampling(self._info.dataloader, self.n, self.ranks.world_size)
+        table, self.sift_config = load_reference(
+            reference, self.sift_config, self._info.dataloader.dataset, self.sampling.support
+        )
         seed = plan_seed(self.sift_config, self._info.generator_seed)
         common = (self.sift_config, self.n, self._info.batch_size, self._info.drop_last, seed, num_epochs)
         # What decides the plans must be the same on every rank: one all-gather, refused on every rank.
-        check_same_on_every_rank(settings_to_agree(*common, self.sampling), self.ranks)
+        identity = reference_identity(table)
+        check_same_on_every_rank(settings_to_agree(*common, self.sampling, identity), self.ranks)
         self.score_table = score_table(self.sift_config.score_table)
-        parts = self.score_table.build(
-            PlanSettings(*common, self.ranks.world_size, self.ranks.rank, self.sampling.support, self.sampling.ordered),
-            self.ranks,
-        )
+        world, rank, support = self.ranks.world_size, self.ranks.rank, self.sampling.support
+        settings = PlanSettings(*common, world, rank, support, self.sampling.ordered, identity)
+        parts = self.score_table.build(settings, self.ranks)
         self.planner, self.shares = parts.planner, parts.shares
         check_planned_counts(self.planner)  # after the settings agreement: every rank refuses together
         self.tables = ScoreTables(self.planner.table_size, self.sift_config.score_smoothing)
@@ -132,7 +139,8 @@ class EpochSiftingDataloader:
         self.history = EpochHistory(self.planner.m)
         self._sampler = PlannedBatchSampler()
         self._loader = rebuild(orig_dataloader, self._info, self._sampler)
-        self.opener = EpochOpener(self.planner, self.tables, self.shares, self.guard, self.start, self.history)
+        ranking = ReferenceScores(table, self.planner) if table is not None else None
+        self.opener = EpochOpener(self.planner, self.tables, self.shares, self.guard, self.start, self.history, ranking)
         self.progress = EpochProgress(self._loader, self._sampler, self.planner, self.opener, self.pairing)
         self.recorder = LossRecorder(
             self.pairing, self.planner, self.tables, self.shares, self.progress, self.history, self._backend_for
@@ -218,25 +226,18 @@ class EpochSiftingDataloader:
     # -- iteration -----------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
-        """A new epoch, planned at the first ``next()`` (or by ``start_epoch()`` before), or
-        the epoch in progress after ``load_state_dict()``. Batches of the previous epoch that
-        never got their losses are forgotten (counted in ``metrics()["unpaired_batches"]``,
-        with a warning naming them). An iterator that is never advanced plans nothing
-        (Lightning calls ``iter()`` once just to check the loader), and an epoch is spent only
-        once a loss of it is recorded: after a peek (``next(iter(loader))``) the next
-        ``iter()`` runs the same plan from its start. An epoch left after some losses (a
-        ``break``) is over: the next ``iter()`` plans the next one, warning how many of its
-        batches were never trained."""
+        """A new epoch, planned at the first ``next()`` (or by ``start_epoch()``), or the one
+        in progress after ``load_state_dict()``. The previous epoch's batches without losses
+        are forgotten (``metrics()["unpaired_batches"]``, with a warning). An iterator never
+        advanced plans nothing (Lightning's check), and an epoch is spent once a loss of it is
+        recorded: after a peek the next ``iter()`` runs the same plan from its start; after a
+        ``break`` it plans the next epoch, warning how many batches were never trained."""
         return self.iter_epoch()
 
     def start_epoch(self) -> EpochPlan:
-        """Plan the next epoch now (``len()`` and ``plan`` then describe it); the next
-        ``iter()`` runs it. Does nothing if an epoch is already planned and no loss of it was
-        recorded yet (planned ahead, peeked at, or a checkpoint's).
-
-        Returns:
-            The epoch's ``EpochPlan``.
-        """
+        """Plan the next epoch now and return its ``EpochPlan`` (``len()`` and ``plan`` then
+        describe it); the next ``iter()`` runs it. Does nothing if an epoch is already planned
+        and no loss of it was recorded yet (planned ahead, peeked at, or a checkpoint's)."""
         return self.progress.start_epoch()
 
     def iter_epoch(self, carry_pending: bool = False) -> Iterator[Any]:
@@ -349,8 +350,7 @@ class EpochSiftingDataloader:
 
     @property
     def machinery_seconds(self) -> float:
-        """Host seconds in sifting's own work: planning plus ``weighted_loss`` (which includes
-        the weighted mean the loop would compute anyway)."""
+        """Host seconds in planning and ``weighted_loss`` (its weighted mean included)."""
         return self.history.machinery_seconds
 
     def metrics(self) -> dict[str, Any]:

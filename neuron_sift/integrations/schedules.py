@@ -75,14 +75,14 @@ def planned_steps_std(loader: Any, epochs: int = 1) -> float:
     window, new losses rank low and fewer samples than that are kept.
     """
     sl = as_sifting_dataloader(loader)
-    if sl.selection_mode == "fixed":
+    if sl.sift_config.keeps_exact_count:
         return 0.0
     return _std_of_count(sl, _plan(loader, epochs)[1])
 
 
 def _std_of_count(sl: Any, sifted: int) -> float:
     """Binomial spread, in batches, of the kept count of ``sifted`` samples (probabilistic mode)."""
-    if sl.selection_mode == "fixed":
+    if sl.sift_config.keeps_exact_count:
         return 0.0
     s = sl.sift_config.expected_kept_share()
     return math.sqrt(sifted * s * (1.0 - s)) / sl.batch_size

@@ -17,6 +17,7 @@ from .selection import (
     gumbel_topk_indices,
     keep_log_probability,
     keep_probability,
+    top_k_indices,
 )
 
 __all__ = [
@@ -27,5 +28,6 @@ __all__ = [
     "keep_probability",
     "percentile_rank",
     "ring_buffer_update",
+    "top_k_indices",
     "uniform_from_counter",
 ]

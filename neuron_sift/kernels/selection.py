@@ -1,4 +1,5 @@
-"""Keep probabilities and the two draws: independent (probabilistic) and exactly-k (fixed)."""
+"""Keep probabilities and the three choices: independent draws (probabilistic), exactly-k
+draws (fixed) and the k highest scores (topk)."""
 
 import torch
 
@@ -39,29 +40,42 @@ def gumbel_topk_indices(
     """Draw ``k`` rows without replacement with probabilities proportional to ``exp(log_p)``.
 
     Gumbel-top-k: the ``k`` largest ``log_p + Gumbel`` scores are a weighted sample
-    without replacement. Forced rows score ``+inf`` (taken first), padding rows ``-inf``
-    (taken last). For a short batch only the first ``n_take <= k``
+    without replacement (``top_k_indices`` takes them).
+    """
+    gumbel = -torch.log(-torch.log(u))
+    return top_k_indices(log_p + gumbel, valid, force, k, n_take, picks, rows)
+
+
+def top_k_indices(
+    score: torch.Tensor,
+    valid: torch.Tensor,
+    force: torch.Tensor,
+    k: int,
+    n_take: torch.Tensor,
+    picks: torch.Tensor | None = None,
+    rows: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` rows of highest ``score``. Forced rows score ``+inf`` (taken first), padding
+    rows ``-inf`` (taken last). For a short batch only the first ``n_take <= k``
     picks count; the caller passes ``n_take`` (rows to take, a device scalar) and gets a
     mask. Returns ``(indices[k], taken[k])``: the taken rows ascending (so an emitted batch
-    keeps the source order), then the drawn but untaken rows ascending.
+    keeps the source order), then the chosen but untaken rows ascending.
 
     The one ``topk`` ranks floats. The taken rows are put in source order by marking them
     in a ``[B]`` vector and compacting it (cumsum and an overwrite scatter), not by sorting
     integer indices: Neuron's compiler rejects TopK on integers (NCC_EVRF013) and may turn
     a sort followed by a slice into one.
     """
-    b = log_p.shape[0]
-    gumbel = -torch.log(-torch.log(u))
-    score = log_p + gumbel
+    b = score.shape[0]
     score = torch.where(force, torch.full_like(score, float("inf")), score)
     score = torch.where(valid, score, torch.full_like(score, float("-inf")))
     _, top = torch.topk(score, k, sorted=True)
     if picks is None:  # arange(k); pass it in to keep it out of an XLA trace
-        picks = torch.arange(k, device=log_p.device)
+        picks = torch.arange(k, device=score.device)
     if rows is None:  # arange(B), likewise
-        rows = torch.arange(b, device=log_p.device)
+        rows = torch.arange(b, device=score.device)
     taken = picks < n_take
-    # mark[i]: 1 taken, 2 drawn but not taken, 0 not drawn (top holds distinct rows).
+    # mark[i]: 1 taken, 2 chosen but not taken, 0 not chosen (top holds distinct rows).
     mark = torch.zeros_like(rows).scatter(0, top, torch.where(taken, torch.ones_like(top), torch.full_like(top, 2)))
     is_taken = (mark == 1).to(torch.int64)
     is_rest = (mark == 2).to(torch.int64)
@@ -71,7 +85,7 @@ def gumbel_topk_indices(
         torch.cumsum(is_taken, dim=0) - is_taken,
         torch.where(mark == 2, n_taken + torch.cumsum(is_rest, dim=0) - is_rest, torch.full_like(rows, k)),
     )
-    # Rows not drawn all go to the scratch slot k (dropped): the kept slots never collide.
+    # Rows not chosen all go to the scratch slot k (dropped): the kept slots never collide.
     indices = torch.zeros(k + 1, dtype=rows.dtype, device=rows.device).scatter(0, slot, rows)[:k]
     return indices, picks < n_taken
 

@@ -52,12 +52,13 @@ class PhaseTimings:
 
     The per-batch loader's phases: ``transform``, ``calculate_relevance_values`` (the user's
     scoring forward, ``SCORING``), ``should_sift``, ``sift``, ``accumulate``,
-    ``reverse_transform``; the epoch loader's: ``planning`` and ``weighted_loss``. Host
+    ``reverse_transform``, and ``train_scorer`` (a scoring model's own step, ``SCORING`` too);
+    the epoch loader's: ``planning`` and ``weighted_loss``. Host
     time: on XLA the device runs asynchronously, so a phase that reads a result back also
     waits for the device work it depends on.
     """
 
-    SCORING = "calculate_relevance_values"
+    SCORING = ("calculate_relevance_values", "train_scorer")  # the scorer's work, not the machinery's
 
     def __init__(self, logger: logging.Logger, log_each: bool = True):
         self.logger = logger
@@ -83,8 +84,8 @@ class PhaseTimings:
 
     @property
     def machinery_seconds(self) -> float:
-        """Host seconds in sifting's own phases (every phase but the user's scoring forward)."""
-        return sum(v[0] for k, v in self.entries.items() if k != self.SCORING)
+        """Host seconds in sifting's own phases (every phase but the scorer's work)."""
+        return sum(v[0] for k, v in self.entries.items() if k not in self.SCORING)
 
     def as_dict(self) -> dict[str, dict[str, float]]:
         return {k: {"seconds": v[0], "calls": v[1]} for k, v in self.entries.items()}

@@ -13,7 +13,9 @@ from typing import Any
 
 from neuron_sift.shared.validation import check_bool, check_int, coerce, fail, from_mapping
 
-SELECTION_MODES = ("probabilistic", "fixed")
+SELECTION_MODES = ("probabilistic", "fixed", "topk")
+# What a sample is scored by: its loss, its excess over a reference loss, or the reference alone.
+CRITERIA = ("loss", "excess", "reference")
 # The scoring forward's precision: the model's own, or autocast to a lower one for scoring only.
 SCORING_PRECISIONS = ("model", "bfloat16", "float16")
 
@@ -114,10 +116,17 @@ class RelativeProbabilisticSiftConfig:
         loss_based_sift_config: a ``LossConfig`` or an equivalent dict (holds
             ``sift_delay``).
         selection_mode: neuron_sift addition. ``"probabilistic"`` (default, smart_sifting's
-            semantics: each sample kept independently) or ``"fixed"`` (exactly
-            ``round(B / (1 + beta))`` samples of each source batch of size B: no host
-            reads on XLA, an exact ``len()``, equal steps on every rank without
-            communication).
+            semantics: each sample kept independently), ``"fixed"`` (exactly
+            ``round(B / (1 + beta))`` samples of each source batch of size B, drawn with
+            probabilities ``percentile ** beta``: no host reads on XLA, an exact ``len()``,
+            equal steps on every rank without communication) or ``"topk"`` (the same count,
+            the highest scores of the batch, no draw: the hard choice of RHO-LOSS).
+        criterion: neuron_sift addition. What a sample is scored by: ``"loss"`` (default,
+            the scoring forward's loss), ``"excess"`` (that loss minus the sample's loss
+            under a reference model, read from the loader's ``reference`` table: high for
+            what is learnable and not yet learned) or ``"reference"`` (minus the reference
+            loss alone, no scoring forward: the static filter that keeps what the reference
+            model predicts best). The last two need the loader's ``reference``.
         seed: neuron_sift addition. Seed of the selection draws (int >= 0); None takes
             ``torch.initial_seed()`` when the loader is built, so ``torch.manual_seed``
             makes runs repeatable.
@@ -149,6 +158,7 @@ class RelativeProbabilisticSiftConfig:
     global_loss_history: bool = False
     scoring_inference_mode: bool = False
     scoring_precision: str = "model"
+    criterion: str = "loss"
 
     def __post_init__(self) -> None:
         owner = "RelativeProbabilisticSiftConfig"
@@ -176,6 +186,8 @@ class RelativeProbabilisticSiftConfig:
         check_bool(owner, "scoring_inference_mode", self.scoring_inference_mode)
         if not isinstance(self.scoring_precision, str) or self.scoring_precision not in SCORING_PRECISIONS:
             fail(owner, "scoring_precision", f"expected one of {SCORING_PRECISIONS}, got {self.scoring_precision!r}")
+        if not isinstance(self.criterion, str) or self.criterion not in CRITERIA:
+            fail(owner, "criterion", f"expected one of {CRITERIA}, got {self.criterion!r}")
 
     @classmethod
     def from_dict(cls, value: Mapping[str, Any]) -> "RelativeProbabilisticSiftConfig":
@@ -188,6 +200,17 @@ class RelativeProbabilisticSiftConfig:
         assert isinstance(loss_config, LossConfig)
         assert isinstance(loss_config.sift_config, SiftingBaseConfig)
         return loss_config.sift_config
+
+    @property
+    def keeps_exact_count(self) -> bool:
+        """Whether every source batch keeps a known count (``fixed`` and ``topk``): an exact
+        ``len()``, no host read of the count, equal steps on every rank."""
+        return self.selection_mode != "probabilistic"
+
+    @property
+    def uses_reference(self) -> bool:
+        """Whether the loader needs a reference table (``criterion`` ``excess`` or ``reference``)."""
+        return self.criterion != "loss"
 
     def expected_kept_share(self) -> float:
         """The share of scored samples the rule keeps on average: ``1 / (1 + beta_value)``.
@@ -205,7 +228,7 @@ class RelativeProbabilisticSiftConfig:
         return 1.0 / (1.0 + self.beta_value)
 
     def fixed_keep_count(self, batch_size: int) -> int:
-        """Samples fixed mode keeps of a source batch: ``round(B / (1 + beta))``, halves rounded up.
+        """Samples fixed and topk modes keep of a source batch: ``round(B / (1 + beta))``, halves rounded up.
 
         ``B * expected_kept_share()``, rounded; halves round up, not to even as Python's
         ``round`` does.

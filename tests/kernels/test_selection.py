@@ -13,6 +13,7 @@ from neuron_sift.kernels import (
     gumbel_topk_indices,
     keep_log_probability,
     keep_probability,
+    top_k_indices,
     uniform_from_counter,
 )
 
@@ -328,3 +329,35 @@ def test_gumbel_topk_order_equals_the_sorting_formulation(b):
         got = gumbel_topk_indices(*args, k, torch.tensor(n_take))
         want = _gumbel_by_sorting(*args, k, n_take)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("b", [1, 7, 32])
+def test_top_k_takes_the_highest_scores_in_source_order(b):
+    g = torch.Generator().manual_seed(b)
+    for _ in range(20):
+        score = torch.randn(b, generator=g)
+        n_valid = int(torch.randint(1, b + 1, (1,), generator=g))
+        valid = torch.arange(b) < n_valid
+        force = valid & (torch.rand(b, generator=g) < 0.1)
+        k = max(1, b // 2)
+        n_take = min(k, n_valid)
+        order, taken = top_k_indices(score, valid, force, k, torch.tensor(n_take))
+        kept = order[taken]
+        # the expected set: forced rows first, then the highest valid scores
+        key = torch.where(force, torch.tensor(float("inf")), score)
+        key = torch.where(valid, key, torch.tensor(float("-inf")))
+        want = torch.sort(torch.topk(key, k).indices[:n_take]).values
+        assert torch.equal(kept, want)
+        assert kept.numel() == n_take and bool(valid[kept].all())
+        others = torch.ones(b, dtype=torch.bool)
+        others[kept] = False
+        if (others & valid).any():
+            assert float(key[kept].min()) >= float(key[others & valid].max())
+
+
+def test_top_k_never_draws():
+    """The same scores give the same rows whatever the uniforms: no randomness enters."""
+    score = torch.tensor([0.3, 2.0, -1.0, 0.7, 1.5, 0.0])
+    valid = torch.ones(6, dtype=torch.bool)
+    order, taken = top_k_indices(score, valid, torch.zeros(6, dtype=torch.bool), 3, torch.tensor(3))
+    assert order[taken].tolist() == [1, 3, 4]

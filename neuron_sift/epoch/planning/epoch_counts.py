@@ -27,6 +27,7 @@ class EpochCounts:
     drop_last: bool
     num_epochs: int | None
     world_size: int
+    reference: str | None
 
     def _local(self, values: np.ndarray) -> np.ndarray:
         """``[N]`` values restricted to the support, in its order (``values`` itself for all)."""
@@ -52,7 +53,8 @@ class EpochCounts:
         return 1
 
     def kind(self, epoch: int) -> str:
-        if epoch < max(1, self.config.warmup_epochs):  # epoch 0 has no scores: a warm-up whatever the config
+        # Epoch 0 has no scores: a warm-up whatever the config, unless a reference table ranks it.
+        if epoch < max(0 if self.reference is not None else 1, self.config.warmup_epochs):
             return "warmup"
         if self.num_epochs is not None and epoch >= self.num_epochs - self.config.anneal_epochs(self.num_epochs):
             return "anneal"

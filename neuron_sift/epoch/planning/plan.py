@@ -20,7 +20,9 @@ class PlanSettings:
     ``n`` dataset samples, ``batch_size`` per rank, ``drop_last``, the plans' ``seed``, the
     run's ``num_epochs`` (None: no annealing), ``world_size`` ranks and this ``rank``, the
     ``support`` (sorted unique dataset ids the user's sampler yields; None: all ``n``) and
-    whether kept samples train in dataset order (``ordered``: a sequential sampler)."""
+    whether kept samples train in dataset order (``ordered``: a sequential sampler), and the
+    reference table's identity (``reference``, None without one:
+    ``selection/reference_scores.py``)."""
 
     config: EpochSiftConfig
     n: int
@@ -32,6 +34,7 @@ class PlanSettings:
     rank: int = 0
     support: np.ndarray | None = None
     ordered: bool = False
+    reference: str | None = None
 
     def __post_init__(self) -> None:
         m = self.n if self.support is None else int(self.support.shape[0])

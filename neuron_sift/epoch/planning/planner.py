@@ -5,9 +5,9 @@ scores at the epoch's start, the guard's streaks), so every data-parallel rank c
 the same global plan and takes its own equal share, and a resumed run re-plans nothing
 (the plan in progress is in the checkpoint) while later plans come out the same.
 
-Kinds of epoch: ``warmup`` (the first ``warmup_epochs``, and always epoch 0: with
-``warmup_epochs=0`` it has no scores to plan from yet, so it trains on every sample and is
-counted as the warm-up it is), ``anneal`` (the last ``floor(anneal_fraction * num_epochs)``,
+Kinds of epoch: ``warmup`` (the first ``warmup_epochs``, and always epoch 0 without a
+reference table: with ``warmup_epochs=0`` it has no scores to plan from yet, so it trains on
+every sample and is counted as the warm-up it is; with one it is planned from the reference), ``anneal`` (the last ``floor(anneal_fraction * num_epochs)``,
 and any epoch past ``num_epochs``) and ``sift``. Warm-up and annealing epochs train on every
 sample with unit weights.
 
@@ -65,6 +65,7 @@ class EpochPlanner(EpochCounts):
         self.num_epochs = settings.num_epochs
         self.world_size = settings.world_size
         self.rank = settings.rank
+        self.reference = settings.reference
 
     plans_own_share = False  # a plan holds every rank's samples (a sharded table's holds one rank's)
 
@@ -93,6 +94,10 @@ class EpochPlanner(EpochCounts):
     def slots(self, ids: np.ndarray) -> np.ndarray:
         """Where the scores of ``ids`` live in this rank's tables: at the ids themselves."""
         return ids
+
+    def entry_ids(self) -> np.ndarray:
+        """The ids of the table entries a plan can draw: the sampler's samples."""
+        return np.arange(self.n, dtype=np.int64) if self.support is None else self.support
 
     @property
     def owned_entries(self) -> int:
@@ -152,6 +157,7 @@ class EpochPlanner(EpochCounts):
             "policy": self.config.policy,
             "kept_share": self.config.kept_share,
             "max_pruned_share": self.config.max_pruned_share,  # states without it had none
+            "reference": self.reference,  # the reference table's identity; states without it had none
         }
         if self.support is not None:
             settings["support_size"] = self.m

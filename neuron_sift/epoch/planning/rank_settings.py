@@ -12,6 +12,7 @@ differences before any plan is made.
 """
 
 import dataclasses
+import hashlib
 
 import torch
 
@@ -56,10 +57,11 @@ def settings_to_agree(
     seed: int,
     num_epochs: int | None,
     sampling: Sampling,
+    reference: str | None = None,
 ) -> list[Setting]:
     """Every setting a plan depends on, by the name the user gives it: the dataset's length,
     the batching, the seed used, ``num_epochs``, each field of the config (its ``seed`` is
-    the seed used) and the sampler's samples and order."""
+    the seed used), the sampler's samples and order, and the reference table's identity."""
     fields = [
         Setting(f.name, getattr(config, f.name), _CHOICES.get(f.name, ()))
         for f in dataclasses.fields(config)
@@ -80,7 +82,15 @@ def settings_to_agree(
             hint=SAMPLER_HINT,
         ),
         Setting("sampler's order (True: dataset order)", sampling.ordered, hint=SAMPLER_HINT),
+        Setting("reference table (a digest of its identity; None: none)", _digest(reference)),
     ]
+
+
+def _digest(text: str | None) -> int | None:
+    """``text`` as a signed int64 (its SHA-256's first 8 bytes): comparable across ranks."""
+    if text is None:
+        return None
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little", signed=True)
 
 
 def check_same_on_every_rank(settings: list[Setting], ranks: RankGroup) -> None:

@@ -4,7 +4,8 @@ Why one place: everything an epoch's plan depends on (the merged scores, the noi
 guard's streaks, the start rule's decision, the seed) is settled here, in a fixed order, so
 every rank computes the same plan and a resumed run re-plans later epochs exactly as the
 uninterrupted run did. In order: one host transfer of the score table, one merge over
-ranks, the guard's update, the start rule's decision, the plan, the new weights (one upload
+ranks, the guard's update, the start rule's decision, the reference table's ranking (when
+the run has one), the plan, the new weights (one upload
 on a device), this rank's share marked.
 Epochs that plan without scores (warm-up, annealing) skip the transfer and the merge.
 """
@@ -23,6 +24,7 @@ from neuron_sift.epoch.scores.owned_shares import OwnedShares
 from neuron_sift.epoch.scores.rank_shares import RankShares
 from neuron_sift.epoch.scores.tables import ScoreTables
 from neuron_sift.epoch.selection.guard import NoiseGuard
+from neuron_sift.epoch.selection.reference_scores import ReferenceScores
 from neuron_sift.epoch.selection.start_rule import StartDecision, StartRule
 from neuron_sift.shared.logs import EPOCH_LOGGER
 
@@ -40,7 +42,9 @@ class EpochOpener:
         guard: NoiseGuard,
         start: StartRule,
         history: EpochHistory,
+        reference: ReferenceScores | None = None,
     ) -> None:
+        self.reference = reference
         self.planner = planner
         self.tables = tables
         self.shares = shares
@@ -68,7 +72,8 @@ class EpochOpener:
             decision = self.start.observe(merged, trained, planner.kind(epoch) == "sift")
         scores = merged if merged is not None else torch.full((planner.table_size,), float("nan"))
         sifted = planner.kind(epoch) == "sift"
-        plan = planner.plan(epoch, scores, self.guard.excluded(scores), hold=sifted and not decision.prune)
+        ranked = scores if self.reference is None else self.reference.planning_scores(scores)
+        plan = planner.plan(epoch, ranked, self.guard.excluded(scores), hold=sifted and not decision.prune)
         if plan.kind == "held":
             logger.info(
                 "EpochSiftingDataloader: epoch %d (0-based) trains every sample: the start rule's %s",

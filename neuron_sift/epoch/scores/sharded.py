@@ -92,6 +92,10 @@ class ShardedPlanner(EpochPlanner):
     def slots(self, ids: np.ndarray) -> np.ndarray:
         return self.owner.slots(ids)
 
+    def entry_ids(self) -> np.ndarray:
+        """The ids of this rank's own table entries, in slot order."""
+        return self.owner.ids()
+
     @property
     def owned_entries(self) -> int:
         """Entries of the tables this rank owns (its noise guard's streaks): its share."""

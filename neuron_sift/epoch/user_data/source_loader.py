@@ -24,7 +24,6 @@ rank's share of an epoch, or a budget's share: ``check_planned_counts``) shorter
 batch yields no batch, and the loop would run zero steps without a word.
 """
 
-import copy
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler
 
 from neuron_sift.epoch.user_data.streaming_settings import check_streaming_settings
 from neuron_sift.shared.logs import EPOCH_LOGGER
+from neuron_sift.shared.rebuilt_loader import dataloader_settings, with_wrappers
 from neuron_sift.shared.sources import WRAPPER_ATTRIBUTES, batch_settings, unwrap
 
 logger = logging.getLogger(EPOCH_LOGGER)
@@ -176,27 +176,7 @@ def _over_view(src: "DataLoader[Any]", view: IndexedView, batch_size: int, drop_
         sampler = SequentialSampler(view)
     else:
         sampler = RandomSampler(view, generator=src.generator)
-    return DataLoader(view, batch_size=batch_size, sampler=sampler, drop_last=drop_last, **_settings(src))
-
-
-def _settings(src: "DataLoader[Any]") -> dict[str, Any]:
-    """The user's DataLoader settings that a rebuilt one keeps (all but its sampling)."""
-    kwargs: dict[str, Any] = dict(
-        num_workers=src.num_workers,
-        collate_fn=src.collate_fn,
-        pin_memory=src.pin_memory,
-        timeout=src.timeout,
-        worker_init_fn=src.worker_init_fn,
-        multiprocessing_context=src.multiprocessing_context,
-        generator=src.generator,
-        persistent_workers=src.persistent_workers,
-        pin_memory_device=src.pin_memory_device,
-    )
-    if src.num_workers > 0:
-        kwargs["prefetch_factor"] = src.prefetch_factor
-    if hasattr(src, "in_order"):
-        kwargs["in_order"] = src.in_order
-    return kwargs
+    return DataLoader(view, batch_size=batch_size, sampler=sampler, drop_last=drop_last, **dataloader_settings(src))
 
 
 class PlannedBatchSampler(Sampler[list[int]]):
@@ -217,9 +197,6 @@ class PlannedBatchSampler(Sampler[list[int]]):
 def rebuild(orig: Any, info: SourceInfo, batch_sampler: PlannedBatchSampler) -> Any:
     """The user's loader (and its wrappers) with ``batch_sampler`` in place of its sampling."""
     src = info.dataloader
-    node: Any = DataLoader(src.dataset, batch_sampler=batch_sampler, **_settings(src))
-    for wrapper, attribute in reversed(info.wrappers):  # shallow copies: the user's wrappers stay as they were
-        outer = copy.copy(wrapper)
-        setattr(outer, attribute, node)
-        node = outer
-    return node
+    return with_wrappers(
+        DataLoader(src.dataset, batch_sampler=batch_sampler, **dataloader_settings(src)), info.wrappers
+    )

@@ -138,12 +138,12 @@ def check_every_cut(mode, device="cpu", every=1, stop_at_len=False, compile_coun
     return full_run[0]
 
 
-@pytest.mark.parametrize("mode", ["probabilistic", "fixed"])
+@pytest.mark.parametrize("mode", ["probabilistic", "fixed", "topk"])
 def test_resume_while_training_matches_at_every_cut(mode, one_thread):
     check_every_cut(mode)
 
 
-@pytest.mark.parametrize("mode", ["probabilistic", "fixed"])
+@pytest.mark.parametrize("mode", ["probabilistic", "fixed", "topk"])
 def test_resume_without_repeated_delay(mode, one_thread):
     check_every_cut(mode, repeat=False, every=3)
 
@@ -167,7 +167,7 @@ def test_len_of_a_resumed_epoch_is_what_it_still_emits(one_thread):
         assert sum(1 for _ in resumed[0]) == expected, f"after {n}"
 
 
-@pytest.mark.parametrize("mode", ["probabilistic", "fixed"])
+@pytest.mark.parametrize("mode", ["probabilistic", "fixed", "topk"])
 def test_exact_length_loader_resumes_while_training(mode, one_thread):
     """Epochs of 9 batches cut across passes over the source; the pass counter and the
     position in the open epoch and pass are part of the state."""
@@ -212,7 +212,7 @@ def test_exact_length_loader_resumes_while_training(mode, one_thread):
 
 @pytest.mark.xla
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["probabilistic", "fixed"])
+@pytest.mark.parametrize("mode", ["probabilistic", "fixed", "topk"])
 def test_resume_while_training_on_xla(mode, one_thread):
     torch_xla = pytest.importorskip("torch_xla")
     from neuron_sift.backends.xla import xla_compile_count

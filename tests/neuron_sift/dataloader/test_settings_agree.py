@@ -77,7 +77,7 @@ def test_ranks_with_a_different_setting_are_refused_on_every_rank(monkeypatch, s
     assert f"{setting} differs between ranks: rank 0: {shown0}; rank 1: {shown1}" in message
 
 
-@pytest.mark.parametrize("mode", ["probabilistic", "fixed"])
+@pytest.mark.parametrize("mode", ["probabilistic", "fixed", "topk"])
 def test_ranks_with_the_same_settings_and_their_own_seeds_are_built(monkeypatch, mode):
     """The seed may differ: each rank mixes it with its rank, so ranks draw independently anyway."""
     out = build_on_ranks(monkeypatch, 2, lambda rank: build(mode=mode, seed=rank))

@@ -59,7 +59,7 @@ def test_kept_share_matches_documented_table(beta, mode):
     check_invariants(loader)
 
 
-@pytest.mark.parametrize("mode", ["probabilistic", "fixed"])
+@pytest.mark.parametrize("mode", ["probabilistic", "fixed", "topk"])
 def test_prefers_high_losses(mode):
     losses = torch.rand(6400, generator=torch.Generator().manual_seed(1))
     loader = make_loader(losses, beta=2.0, mode=mode)
@@ -86,7 +86,7 @@ def pending_ids(loader):
     return [] if batch is None else batch.to_user()[0].tolist()
 
 
-@pytest.mark.parametrize("mode", ["probabilistic", "fixed"])
+@pytest.mark.parametrize("mode", ["probabilistic", "fixed", "topk"])
 def test_nothing_lost_or_duplicated_across_epochs(mode):
     """Every kept sample is emitted exactly once; leftovers are carried into the next epoch first."""
     n, b = 1000, 32  # 1000 % 32 != 0: a short last batch every epoch
@@ -147,9 +147,10 @@ def test_repeat_delay_per_epoch():
 
 @pytest.mark.parametrize("delay,repeat", [(0, False), (3, False), (2, True)])
 @pytest.mark.parametrize("beta", [0.5, 1.0, 3.0])
-def test_fixed_mode_length_is_exact(beta, delay, repeat):
+@pytest.mark.parametrize("mode", ["fixed", "topk"])
+def test_the_exact_modes_length_is_exact(beta, delay, repeat, mode):
     losses = torch.rand(1000)
-    loader = make_loader(losses, batch_size=48, beta=beta, mode="fixed", delay=delay, repeat=repeat)
+    loader = make_loader(losses, batch_size=48, beta=beta, mode=mode, delay=delay, repeat=repeat)
     for _ in range(3):
         planned = len(loader)
         assert planned == loader.estimated_length()
@@ -188,9 +189,22 @@ def test_fixed_mode_keeps_exactly_k_per_batch():
     assert loader.counts.num_orig_samples_kept == 10 * 16 + 3
 
 
-def test_fixed_mode_that_keeps_nothing_is_an_error():
-    loader = make_loader(torch.rand(10), batch_size=1, beta=3.0, mode="fixed")
-    with pytest.raises(SiftConfigValidationException, match="beta_value"):
+def test_topk_mode_keeps_the_highest_losses_of_every_source_batch():
+    losses = torch.rand(64 * 10 + 10, generator=torch.Generator().manual_seed(4))
+    loader = make_loader(losses, batch_size=64, beta=3.0, mode="topk")
+    assert loader.length_is_exact and len(loader) == 2  # (10 * 16 + 3) // 64
+    kept = {i for batch in emitted_ids(loader) for i in batch} | set(pending_ids(loader))
+    assert loader.counts.num_orig_samples_kept == 10 * 16 + 3  # the same counts as fixed mode
+    for start, k in [(64 * j, 16) for j in range(10)] + [(640, 3)]:
+        block = losses[start : start + 64]
+        want = {start + int(i) for i in torch.topk(block, k).indices}
+        assert {i for i in kept if start <= i < start + block.numel()} == want
+
+
+@pytest.mark.parametrize("mode", ["fixed", "topk"])
+def test_the_exact_modes_that_keep_nothing_are_an_error(mode):
+    loader = make_loader(torch.rand(10), batch_size=1, beta=3.0, mode=mode)
+    with pytest.raises(SiftConfigValidationException, match=f"selection_mode='{mode}'"):
         list(loader)
 
 
@@ -215,7 +229,7 @@ def test_dataset_smaller_than_one_batch():
     assert loader.counts.num_samples_pending == 5
 
 
-@pytest.mark.parametrize("mode", ["probabilistic", "fixed"])
+@pytest.mark.parametrize("mode", ["probabilistic", "fixed", "topk"])
 def test_nonfinite_losses_are_kept_and_never_recorded(mode, caplog):
     losses = torch.rand(256)
     losses[[3, 70, 140]] = torch.tensor([float("nan"), float("inf"), float("-inf")])
@@ -231,7 +245,7 @@ def test_nonfinite_losses_are_kept_and_never_recorded(mode, caplog):
     assert "non-finite loss" in caplog.text
 
 
-@pytest.mark.parametrize("mode", ["probabilistic", "fixed"])
+@pytest.mark.parametrize("mode", ["probabilistic", "fixed", "topk"])
 def test_nonfinite_warnings_are_rate_limited_with_exact_counts(mode, caplog):
     """A diverged run: every source batch has non-finite losses. The first is logged in
     full, then a summary per 100 source batches and one per epoch; the counts stay exact."""

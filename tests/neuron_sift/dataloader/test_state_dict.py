@@ -48,7 +48,7 @@ def run(loader, sampler, start_epoch=0, stop_after=None):
     return out, EPOCHS
 
 
-@pytest.mark.parametrize("mode", ["probabilistic", "fixed"])
+@pytest.mark.parametrize("mode", ["probabilistic", "fixed", "topk"])
 def test_resume_after_any_emitted_batch_matches_uninterrupted_run(mode):
     full, _ = run(*make(mode))
     assert len(full) > 20
@@ -155,7 +155,7 @@ def test_resume_in_a_fresh_process(tmp_path):
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("xla", marks=pytest.mark.xla)], ids=["eager", "xla"])
-@pytest.mark.parametrize("mode", ["probabilistic", "fixed"])
+@pytest.mark.parametrize("mode", ["probabilistic", "fixed"])  # 0.2.0 had no topk
 def test_version_1_checkpoints_load_and_resume_exactly(mode, device):
     """A checkpoint written by neuron_sift 0.2.0 (one flat dict, version 1; made by
     make_v1_checkpoints.py with that release, on the CPU) loads into today's composed layout,

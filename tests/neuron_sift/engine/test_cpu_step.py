@@ -6,7 +6,7 @@ implementations tested here are the only ones.
 Every output and every state tensor is compared with ``torch.equal`` after each step of
 long sequences that pass through every regime: an empty and a filling history, a full
 one that wraps, more values than slots in one batch, short (padded) batches, ties,
-NaN/inf/-0.0 losses, both modes, beta from 0.25 to 10, and the global-history inputs.
+NaN/inf/-0.0 losses, every mode, beta from 0.25 to 10, and the global-history inputs.
 """
 
 import os
@@ -19,6 +19,8 @@ from neuron_sift.engine import cpu_step
 from neuron_sift.engine.cpu_step import HostSiftState, host_kernels_available, sift_step_cpu
 from neuron_sift.engine.state import SiftState
 from neuron_sift.engine.step import sift_step
+
+MODES = ["probabilistic", "fixed", "topk"]
 
 needs_kernels = pytest.mark.skipif(
     not host_kernels_available(),
@@ -60,7 +62,7 @@ def run_both(mode, beta, rows, history, steps, kind, seed, dtype=torch.float32, 
     k = max(1, int(rows / (1 + beta) + 0.5))
     for step in range(steps):
         n_valid = rows if step % 5 else int(torch.randint(1, rows + 1, (1,), generator=g))
-        n_take = min(max(0, int(n_valid / (1 + beta) + 0.5)), k) if mode == "fixed" else 0
+        n_take = min(max(0, int(n_valid / (1 + beta) + 0.5)), k) if mode != "probabilistic" else 0
         losses = losses_like(g, rows, kind).to(dtype)
         losses[n_valid:] = 0.0  # padding, as the Sifter pads
         shared_l = shared_v = None
@@ -76,7 +78,7 @@ def run_both(mode, beta, rows, history, steps, kind, seed, dtype=torch.float32, 
 
 
 @needs_kernels
-@pytest.mark.parametrize("mode", ["probabilistic", "fixed"])
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("beta", [0.25, 1.0, 3.0, 10.0])
 @pytest.mark.parametrize("kind", ["uniform", "ties", "special"])
 def test_identical_to_the_torch_step(mode, beta, kind):
@@ -87,27 +89,27 @@ def test_identical_to_the_torch_step(mode, beta, kind):
 
 
 @needs_kernels
-@pytest.mark.parametrize("mode", ["probabilistic", "fixed"])
+@pytest.mark.parametrize("mode", MODES)
 def test_identical_with_the_sorted_percentile_kernel(mode):
     run_both(mode, 1.0, rows=256, history=512, steps=12, kind="ties", seed=5)
     run_both(mode, 2.0, rows=256, history=300, steps=6, kind="special", seed=6)
 
 
 @needs_kernels
-@pytest.mark.parametrize("mode", ["probabilistic", "fixed"])
+@pytest.mark.parametrize("mode", MODES)
 def test_identical_when_a_batch_overfills_the_history(mode):
     run_both(mode, 1.0, rows=64, history=20, steps=10, kind="uniform", seed=1)
 
 
 @needs_kernels
-@pytest.mark.parametrize("mode", ["probabilistic", "fixed"])
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.float16])
 def test_identical_for_other_loss_dtypes(mode, dtype):
     run_both(mode, 1.0, rows=16, history=40, steps=8, kind="uniform", seed=2, dtype=dtype)
 
 
 @needs_kernels
-@pytest.mark.parametrize("mode", ["probabilistic", "fixed"])
+@pytest.mark.parametrize("mode", MODES)
 def test_identical_with_a_global_history(mode):
     run_both(mode, 1.0, rows=16, history=40, steps=10, kind="special", seed=3, shared_ranks=3)
 
@@ -115,8 +117,8 @@ def test_identical_with_a_global_history(mode):
 @needs_kernels
 def test_identical_at_the_benchmark_size():
     """B = 256, H = 4096 (benchmarks/machinery.py's default row): the sorted percentile
-    kernel on the torch side, a history that fills, then wraps; both modes."""
-    for mode in ("probabilistic", "fixed"):
+    kernel on the torch side, a history that fills, then wraps; every mode."""
+    for mode in MODES:
         run_both(mode, 1.0, rows=256, history=4096, steps=20, kind="uniform", seed=8)
 
 

@@ -211,6 +211,7 @@ def train(
     n: int = N,
     epochs: int = EPOCHS,
     drop_last: bool = False,
+    loader_kwargs: dict[str, Any] | None = None,
 ) -> Run:
     """Train ``world`` thread ranks with ``config`` (over ``CONFIG``), resumed from every old
     rank's ``states`` when given, up to ``stop`` (every rank's state then in ``Run.states``)
@@ -228,7 +229,7 @@ def train(
 
     def rank(r: int) -> None:
         dl = DataLoader(IdDataset(n), batch_size=BATCH, shuffle=True, drop_last=drop_last)
-        loader = EpochSiftingDataloader(cfg, dl, num_epochs=epochs)
+        loader = EpochSiftingDataloader(cfg, dl, num_epochs=epochs, **(loader_kwargs or {}))
         assert (loader.planner.world_size, loader.planner.rank) == (world, r)  # the threads are the ranks
         if states is not None:
             loader.load_state_dict_from_ranks([roundtrip(s) for s in states])

@@ -127,6 +127,7 @@ def test_the_state_is_the_parts_states_under_their_names():
         "policy",
         "kept_share",
         "max_pruned_share",
+        "reference",
     }
     assert set(state["pairing"]) == {
         "losses_recorded",
