@@ -6,11 +6,14 @@ A byte-level decoder-only transformer (``core/lm_model.py``) trains one pass ove
 running Python's standard library source (``core/lm_corpus.py``: the rule, the held-out
 split by file, the size and SHA-256 in every record). As in pretraining, compute is the
 limit, not data: every arm takes the same optimizer steps; an arm that skips samples reads
-further into the stream for them. Arms (``arms/single_pass.py``,
-``arms/selective_backprop.py``): the full-data frontier (``lm-full`` and ``lm-full@0.4/0.6/0.8``,
-each schedule ended at its own end), ``lm-sift-probabilistic`` / ``lm-sift-fixed``
-(``SiftingDataloader``) at beta 1 and 2 (``-b2``), ``lm-uniform`` at the same kept shares,
-and ``lm-selective-backprop`` (Composer's rule). The epoch-level arms do not apply.
+further into the stream for them. ``--corpus web`` trains on the web-like stream instead
+(``core/lm_web.py``: the same clean training windows, mixed with repeated licence texts and
+binary junk at fixed shares), judged on the same held-out clean source. Arms
+(``arms/single_pass.py``, ``arms/selective_backprop.py``): the full-data frontier
+(``lm-full`` and ``lm-full@0.4/0.6/0.8``, each schedule ended at its own end),
+``lm-sift-probabilistic`` / ``lm-sift-fixed`` (``SiftingDataloader``) at beta 1 and 2
+(``-b2``), ``lm-uniform`` at the same kept shares, and ``lm-selective-backprop``
+(Composer's rule). The epoch-level arms do not apply.
 
 The metric: held-out loss in bits per byte (lower is better); the target: ``lm-full``'s
 final held-out loss plus ``--tolerance`` (default 0.02 bits per byte: a fixed held-out set
@@ -50,6 +53,7 @@ from benchmarks.core.lm_context import LMConfig  # noqa: E402
 from benchmarks.core.lm_corpus import read_corpus  # noqa: E402
 from benchmarks.core.lm_model import LMShape  # noqa: E402
 from benchmarks.core.lm_runner import run_lm_task  # noqa: E402
+from benchmarks.core.lm_web import read_web_corpus  # noqa: E402
 from benchmarks.measurement.environment import setup_backend, versions  # noqa: E402
 from benchmarks.measurement.options import (  # noqa: E402
     add_backend,
@@ -63,10 +67,29 @@ from benchmarks.measurement.records import read_records, write_summary  # noqa: 
 from benchmarks.report.lm_summary import format_lm_tables, summarize_lm  # noqa: E402
 
 DEFAULT_RESULTS = Path(__file__).resolve().parent / "results" / "lm"
-TINY = {"steps": 12, "batch_size": 8, "evals": 3, "heldout_sequences": 16, "sift_delay": 1, "history": 64}
+TINY = {
+    "steps": 12,
+    "batch_size": 8,
+    "evals": 3,
+    "heldout_sequences": 16,
+    "sift_delay": 1,
+    "history": 64,
+    "reference_steps": 4,
+}
 TINY_SHAPE = {"layers": 1, "d_model": 32, "heads": 2, "context": 16}
-SIZES = ("steps", "batch_size", "evals", "heldout_sequences", "sift_delay", "history", "lr", "tolerance")
+SIZES = (
+    "steps",
+    "batch_size",
+    "evals",
+    "heldout_sequences",
+    "sift_delay",
+    "history",
+    "reference_steps",
+    "lr",
+    "tolerance",
+)
 SHAPES = ("layers", "d_model", "heads", "context")
+CORPORA = {"clean": read_corpus, "web": read_web_corpus}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -87,6 +110,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.add_argument(
             f"--{name.replace('_', '-')}", type=int, default=getattr(shape, name), help="(default %(default)s)"
         )
+    p.add_argument(
+        "--corpus",
+        choices=sorted(CORPORA),
+        default="clean",
+        help="training stream: clean (the stdlib's source) or web (it mixed with licence texts and binary junk, "
+        "core/lm_web.py); the held-out metric is the same (default %(default)s)",
+    )
     add_backend(p)
     add_clock(
         p, help="cpu (default on the host's CPU) or wall (default on an accelerator); both recorded", default=None
@@ -157,11 +187,12 @@ def main(argv: list[str] | None = None) -> int:
     clock = args.clock or default_clock([backend["device_desc"]])
     config: LMConfig = args.config
     t0 = time.perf_counter()
-    corpus = read_corpus(config.shape.context, config.heldout_sequences)
+    corpus = CORPORA[args.corpus](config.shape.context, config.heldout_sequences)
     described = corpus.describe()
     print(
-        f"lm: {described['files']} files, {described['bytes']} bytes, sha256 {described['sha256'][:16]}..., "
-        f"{described['train_sequences']} training windows, {described['heldout_sequences']} held out "
+        f"lm: corpus {described['name']}, {described['files']} files, {described['bytes']} bytes, "
+        f"sha256 {described['sha256'][:16]}..., {described['train_sequences']} training windows, "
+        f"{described['heldout_sequences']} held out, {described['reference_sequences']} reference "
         f"(read in {time.perf_counter() - t0:.1f} s); {config.steps} steps of batch {config.batch_size}; "
         f"{config.shape.describe()}; backend {args.backend} ({backend['device_desc']}), "
         f"{vers['torch_threads']} thread(s); seeds {args.seeds}; times on the {clock} clock",
@@ -171,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         **asdict(config),
         "model": config.shape.describe(),
         "corpus": described,
+        "corpus_option": args.corpus,
         "arms": args.arms,
         "seeds": args.seeds,
         "tiny": args.tiny,

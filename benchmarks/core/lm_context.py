@@ -31,7 +31,8 @@ PARTS = ("train_step", "scoring", "machinery")  # timed inside a run; the rest o
 @dataclass(frozen=True)
 class LMConfig:
     """The task's settings. ``tolerance`` (bits per byte): the target is ``full``'s final
-    held-out loss plus it."""
+    held-out loss plus it; ``reference_steps``: the reference model's training steps
+    (``lm_reference.py``)."""
 
     steps: int = 200
     batch_size: int = 32
@@ -47,9 +48,10 @@ class LMConfig:
     sb_start: float = 0.5
     sb_end: float = 0.9
     sb_interrupt: int = 2
+    reference_steps: int = 100
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size", "evals", "heldout_sequences", "history"):
+        for name in ("steps", "batch_size", "evals", "heldout_sequences", "history", "reference_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"LMConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.sift_delay < 0 or self.sb_interrupt < 0:
@@ -98,6 +100,15 @@ class PartTimes:
                 self.wait()
             self.wall[part] += time.perf_counter() - w0
             self.cpu[part] += time.process_time() - c0
+
+    def timing(self, part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn``, each call timed as ``part``."""
+
+        def timed_call(*args: Any, **kwargs: Any) -> Any:
+            with self.timed(part):
+                return fn(*args, **kwargs)
+
+        return timed_call
 
     def add(self, part: str, wall: float, cpu: float) -> None:
         """Seconds measured elsewhere (the sifting arm's machinery: its loader's time less

@@ -13,7 +13,8 @@ Per seed (``annotate_lm_seed``), every arm is paired with that seed's ``lm-full`
   training-step time per trained sample times the samples the arm trains per step, plus
   ``lm-full``'s scoring-forward cost per sample (the task's measured scoring share of a
   step, applied to that training time) times the samples it scores per step, plus
-  ``lm-full``'s data path per step. Where measured and predicted differ, ``excess_ms``
+  ``lm-full``'s data path per step (an arm scoring with another model, or a reference
+  table, has its scoring part as measured: the model predicts the rest). Where measured and predicted differ, ``excess_ms``
   says which part of the arm's step cost more than predicted (per step, milliseconds):
   ``train_step``, ``scoring``, ``machinery`` (predicted 0: the cost model has no selection
   cost) and ``data_path`` (reading the stream, batching; the rest of the run's time).
@@ -56,6 +57,8 @@ def _prediction(arm: dict, full: dict, clock: str, probe: dict) -> dict:
         "machinery": 0.0,
         "data_path": parts_full["data_path"] / max(full["steps"], 1),
     }
+    if arm.get("scorer", "model") != "model":  # a scorer other than the learner: its cost as measured
+        predicted["scoring"] = parts["scoring"] / steps
     excess = {k: round(1000.0 * (parts[k] / steps - predicted[k]), 3) for k in EXCESS_PARTS}
     to_target = arm.get("steps_to_target")
     time_pred = None if to_target is None else to_target * sum(predicted.values())
@@ -97,14 +100,17 @@ def _median(values: Sequence[float | None], digits: int) -> tuple:
 
 
 def summarize_lm(records: list[dict]) -> list[dict]:
-    """One row per (backend, device, arm), in the order of the records."""
+    """One row per (backend, device, corpus, arm), in the order of the records (records
+    before ``--corpus`` existed are the clean corpus's)."""
     rows = []
-    for (backend, device, arm), mine in grouped(records, ("backend", "device", "arm")).items():
+    keyed = [{**r, "corpus_option": r["config"].get("corpus_option", "clean")} for r in records]
+    for (backend, device, corpus, arm), mine in grouped(keyed, ("backend", "device", "corpus_option", "arm")).items():
         res = [r["results"] for r in mine]
         probes = [r["config"]["cost_probe"] for r in mine]
         clock = res[0]["clock"]
         p = [x["paired"] for x in res]
-        row: dict = {"task": "lm", "backend": backend, "device": device, "arm": arm, "clock": clock, "seeds": len(res)}
+        row: dict = {"task": "lm", "backend": backend, "device": device, "corpus": corpus, "arm": arm}
+        row.update(clock=clock, seeds=len(res))
         row["reached"] = sum(x["time_to_target_s"] is not None for x in res)
         row["per_seed_speedup"] = [None if q["speedup_vs_full"] is None else round(q["speedup_vs_full"], 3) for q in p]
         metrics = {
@@ -173,11 +179,11 @@ def format_lm_tables(rows: list[dict]) -> str:
     """The headline table (held-out loss against time, per-seed speedups), the measured step
     costs, and the cost table."""
     out = []
-    for group in dict.fromkeys((r["backend"], r["device"]) for r in rows):
-        rs = [r for r in rows if (r["backend"], r["device"]) == group]
+    for group in dict.fromkeys((r["backend"], r["device"], r.get("corpus", "clean")) for r in rows):
+        rs = [r for r in rows if (r["backend"], r["device"], r.get("corpus", "clean")) == group]
         full = next((r for r in rs if r["arm"] == "lm-full"), rs[0])
         out.append(
-            f"lm ({group[0]}, {group[1]}), {full['seeds']} seed(s), times on the {full['clock']} clock, "
+            f"lm ({group[0]}, {group[1]}, {group[2]} corpus), {full['seeds']} seed(s), times on the {full['clock']} clock, "
             f"target = full's final held-out bpb + tolerance: {fmt(full, 'target_bpb', '.4f')}"
         )
         per_seed = [" ".join("-" if s is None else f"{s:.2f}" for s in r["per_seed_speedup"]) for r in rs]

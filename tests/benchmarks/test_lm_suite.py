@@ -15,7 +15,9 @@ import torch
 
 from benchmarks import lm_suite, suite
 from benchmarks.arms.selective_backprop import is_active, keep_count, select, selection_probabilities
+from benchmarks.arms.single_pass import SCORERS
 from benchmarks.core.lm_corpus import HELDOUT_EVERY, corpus_files, read_corpus, stream_order
+from benchmarks.report.lm_summary import summarize_lm
 from tests.helpers.subprocess_limits import LIMIT_S
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,6 +46,7 @@ def test_a_tiny_run_pairs_every_arm_with_full_and_accounts_for_its_costs(tmp_pat
     for r in runs.values():
         res, cfg = r["results"], r["config"]
         assert cfg["corpus"]["sha256"] == full["config"]["corpus"]["sha256"] and cfg["corpus"]["bytes"] > 0
+        assert cfg["corpus_option"] == "clean" and cfg["corpus"]["name"] == "clean"
         probe = cfg["cost_probe"]
         assert 0 < probe["scoring_share_of_step"] and probe["backward_to_forward"] > 0 and probe["clock"] == "cpu"
         assert r["device"].startswith("cpu")
@@ -76,6 +79,44 @@ def test_a_tiny_run_pairs_every_arm_with_full_and_accounts_for_its_costs(tmp_pat
     assert [r["arm"] for r in rows] == ARMS.split(",") and all(r["seeds"] == 2 for r in rows)
 
 
+def test_a_tiny_run_on_the_web_like_stream_records_it_and_keeps_the_clean_held_out_set(tmp_path):
+    arms = "lm-full,lm-sift-probabilistic," + ",".join(SCORERS)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "lm_suite.py"), "--tiny", "--corpus", "web", "--seeds", "0"]
+        + ["--arms", arms, "--out", str(tmp_path), "--no-progress"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=LIMIT_S,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "lm: corpus web-like," in proc.stdout
+    runs = _records(tmp_path)
+    assert set(runs) == {(a, 0) for a in arms.split(",")}
+    clean = read_corpus(lm_suite.TINY_SHAPE["context"], lm_suite.TINY["heldout_sequences"])
+    for r in runs.values():
+        cfg = r["config"]
+        assert cfg["corpus_option"] == "web" and cfg["corpus"]["name"] == "web-like"
+        assert cfg["corpus"]["clean_sha256"] == clean.sha256 != cfg["corpus"]["sha256"]
+        assert cfg["corpus"]["heldout_sequences"] == clean.heldout.shape[0]
+        assert cfg["corpus"]["train_sequences"] == sum(cfg["corpus"]["kind_counts"].values()) > clean.train.shape[0]
+    sift = runs[("lm-sift-probabilistic", 0)]["results"]
+    assert sift["steps"] == runs[("lm-full", 0)]["results"]["steps"] and sift["scoring_forward_samples"] > 0
+    for arm, (scorer, _) in SCORERS.items():
+        res = runs[(arm, 0)]["results"]
+        assert (res["criterion"], res["scorer"], res["selection_mode"]) == (scorer.criterion, scorer.name, "topk")
+        assert res["steps"] == sift["steps"] and res["kept_share"] < 0.6, arm  # the top half of each batch
+        # the reference model's training and scoring, the scoring model's: timed in the arm
+        assert res["parts_s"]["cpu"]["scoring"] > 0 and res["parts_s"]["wall"]["scoring"] > 0, arm
+    assert runs[("lm-reference-filter", 0)]["results"]["scoring_forward_samples"] == 0  # no online forward
+    assert runs[("lm-sift-excess", 0)]["results"]["scoring_forward_samples"] > 0
+    rows = {(r["corpus"], r["arm"]) for r in map(json.loads, (tmp_path / "summary.jsonl").read_text().splitlines())}
+    assert rows == {("web", a) for a in arms.split(",")}
+    clean_records = [{**r, "config": {**r["config"], "corpus_option": "clean"}} for r in runs.values()]
+    both = summarize_lm(list(runs.values()) + clean_records)
+    assert sorted((r["corpus"], r["seeds"]) for r in both if r["arm"] == "lm-full") == [("clean", 1), ("web", 1)]
+
+
 def test_the_command_lines_keep_the_two_kinds_of_arm_apart():
     with pytest.raises(SystemExit):
         suite.parse_args(["--arms", "full,lm-full"])
@@ -83,7 +124,11 @@ def test_the_command_lines_keep_the_two_kinds_of_arm_apart():
         lm_suite.parse_args(["--arms", "lm-full,epoch"])
     with pytest.raises(SystemExit):
         lm_suite.parse_args(["--arms", "lm-uniform"])  # no lm-full: no target
+    with pytest.raises(SystemExit):
+        lm_suite.parse_args(["--corpus", "crawl"])
+    assert lm_suite.parse_args(["--corpus", "web"]).corpus == "web"
     args = lm_suite.parse_args([])
+    assert args.corpus == "clean"
     assert {"lm-full", "lm-sift-probabilistic", "lm-uniform-b2", "lm-selective-backprop"} <= set(args.arms)
     assert len(args.seeds) == 3
 
@@ -152,7 +197,7 @@ def test_the_corpus_is_deterministic_and_its_held_out_files_never_reach_training
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in files)).hexdigest()
     assert a.sha256 == b.sha256 == digest and a.describe()["sha256"] == digest
     assert torch.equal(a.train, b.train) and torch.equal(a.heldout, b.heldout)
-    assert a.n_bytes == sum(p.stat().st_size for p in files) == a.train_bytes + a.heldout_bytes
+    assert a.n_bytes == sum(p.stat().st_size for p in files) == a.train_bytes + a.heldout_bytes + a.reference_bytes
     heldout_bytes = {p.read_bytes()[0] for i, p in enumerate(files) if i % HELDOUT_EVERY == HELDOUT_EVERY - 1}
     assert len(heldout_bytes) == 2
     assert set(a.heldout.unique().tolist()) <= heldout_bytes
