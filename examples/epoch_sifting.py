@@ -47,7 +47,7 @@ def main(argv=None) -> float:
             sched.step()
         m = train_loader.metrics()
         print(
-            f"epoch {epoch}: {m['epoch_kind']:7s} kept share {m['kept_share']:.2f}, mean weight "
+            f"epoch {epoch}: {m['epoch_kind']:7s} kept share {m['observed_kept_share']:.2f}, mean weight "
             f"{m['mean_weight']:.2f}, loss {loss.item():.3f}"
         )
     acc = (model(x).argmax(1) == y).float().mean().item()

@@ -1,15 +1,7 @@
-"""Deprecated (for one release): renamed ``neuron_sift.dataloader.sifting_counts`` (apart from
-``neuron_sift.shared.counts``, the counts' common base)."""
+"""Moved to ``neuron_sift.dataloader.sifting_counts`` (0.8.0; apart from
+``neuron_sift.shared.counts``, the counts' common base; ``SiftingCounts`` is also
+``neuron_sift.SiftingCounts``); this path is removed in 0.9.0."""
 
-import warnings
+from neuron_sift.shared.moved import moved_module
 
-from neuron_sift.dataloader.sifting_counts import SiftingCounts
-
-__all__ = ["SiftingCounts"]
-
-warnings.warn(
-    "neuron_sift.dataloader.counts is renamed neuron_sift.dataloader.sifting_counts (SiftingCounts is also "
-    "neuron_sift.SiftingCounts); the old name will be removed",
-    DeprecationWarning,
-    stacklevel=2,
-)
+__getattr__ = moved_module(__name__, "neuron_sift.dataloader.sifting_counts", remove_in="0.9.0")

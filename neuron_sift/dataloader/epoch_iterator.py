@@ -1,18 +1,9 @@
-"""Deprecated (for one release): renamed ``neuron_sift.dataloader.sifting_pass``, and its
-``SiftingEpoch`` renamed ``SiftingPass`` (one pass over the source, beside the epoch mode's
-``neuron_sift.epoch``)."""
+"""Moved to ``neuron_sift.dataloader.sifting_pass`` (0.8.0), its ``SiftingEpoch`` renamed
+``SiftingPass`` (one pass over the source, beside the epoch mode's ``neuron_sift.epoch``);
+this path is removed in 0.9.0."""
 
-import warnings
+from neuron_sift.shared.moved import moved_module
 
-from neuron_sift.dataloader.sifting_pass import SiftingPass, SourceReader
-
-__all__ = ["SiftingEpoch", "SiftingPass", "SourceReader"]
-
-SiftingEpoch = SiftingPass
-
-warnings.warn(
-    "neuron_sift.dataloader.epoch_iterator is renamed neuron_sift.dataloader.sifting_pass, and its SiftingEpoch "
-    "is renamed SiftingPass; the old names will be removed",
-    DeprecationWarning,
-    stacklevel=2,
+__getattr__ = moved_module(
+    __name__, "neuron_sift.dataloader.sifting_pass", remove_in="0.9.0", renamed={"SiftingEpoch": "SiftingPass"}
 )

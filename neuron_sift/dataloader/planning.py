@@ -1,14 +1,6 @@
-"""Deprecated (for one release): renamed ``neuron_sift.dataloader.batch_counts`` (it counts
-batches; the epoch mode's planner picks samples)."""
+"""Moved to ``neuron_sift.dataloader.batch_counts`` (0.8.0: it counts batches; the epoch
+mode's planner picks samples); this path is removed in 0.9.0."""
 
-import warnings
+from neuron_sift.shared.moved import moved_module
 
-from neuron_sift.dataloader.batch_counts import check_yields_a_batch, plan_epochs, source_batch_sizes
-
-__all__ = ["check_yields_a_batch", "plan_epochs", "source_batch_sizes"]
-
-warnings.warn(
-    "neuron_sift.dataloader.planning is renamed neuron_sift.dataloader.batch_counts; the old name will be removed",
-    DeprecationWarning,
-    stacklevel=2,
-)
+__getattr__ = moved_module(__name__, "neuron_sift.dataloader.batch_counts", remove_in="0.9.0")

@@ -1,5 +1,5 @@
-"""Moved to ``neuron_sift.scoring.forward`` (0.9.0); this path goes in a later release."""
+"""Moved to ``neuron_sift.scoring.forward`` (0.9.0); this path is removed in 0.10.0."""
 
 from neuron_sift.shared.moved import moved_module
 
-__getattr__ = moved_module(__name__, "neuron_sift.scoring.forward")
+__getattr__ = moved_module(__name__, "neuron_sift.scoring.forward", remove_in="0.10.0")

@@ -344,13 +344,12 @@ class SiftingDataloader:
         of ``counts``, ``history_fill``, ``device_num_scored``, ``device_num_kept``,
         ``device_num_nonfinite``, ``timings`` (seconds and calls per phase),
         ``machinery_seconds``, ``payback`` (``payback.py``'s report, None until measured) and
-        ``observed_kept_share`` (kept / seen so far; also under its old name ``kept_share`` for
-        one release, the name of ``EpochSiftConfig``'s setting)."""
+        ``observed_kept_share`` (kept / seen so far)."""
         fill, scored, kept, nonfinite = self.sifter.read_counters()
         out: dict[str, Any] = self.counts.as_dict(nonfinite)
         out.update(history_fill=fill, device_num_scored=scored, device_num_kept=kept, device_num_nonfinite=nonfinite)
         out["timings"] = self.phases.as_dict()
         out["payback"] = self.payback.report
         out["machinery_seconds"] = self.machinery_seconds
-        out["observed_kept_share"] = out["kept_share"] = self.counts.observed_kept_share
+        out["observed_kept_share"] = self.counts.observed_kept_share
         return out

@@ -356,5 +356,5 @@ class EpochSiftingDataloader:
     def metrics(self) -> dict[str, Any]:
         """Counts, the current plan and the table (one host read of the scores on a device):
         ``report.epoch_report``. ``observed_kept_share`` is the share the current epoch
-        trains; ``kept_share`` is its alias for one release."""
+        trains."""
         return epoch_report(self.history, self.progress, self.pairing, self.tables)

@@ -1,5 +1,5 @@
-"""Moved to ``neuron_sift.epoch.selection.quantiles`` (0.8.0); this path goes in a later release."""
+"""Moved to ``neuron_sift.epoch.selection.quantiles`` (0.8.0); this path is removed in 0.9.0."""
 
 from neuron_sift.shared.moved import moved_module
 
-__getattr__ = moved_module(__name__, "neuron_sift.epoch.selection.quantiles")
+__getattr__ = moved_module(__name__, "neuron_sift.epoch.selection.quantiles", remove_in="0.9.0")

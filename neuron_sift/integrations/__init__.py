@@ -12,7 +12,6 @@ from typing import Any
 from neuron_sift.integrations.schedules import (
     ExactLengthLoader,
     batches_per_epoch,
-    epoch_plan,
     planned_steps,
     planned_steps_std,
 )
@@ -22,7 +21,6 @@ __all__ = [
     "PerRankLoaderState",
     "ReshardingLoadPlanner",
     "batches_per_epoch",
-    "epoch_plan",
     "planned_steps",
     "planned_steps_std",
 ]

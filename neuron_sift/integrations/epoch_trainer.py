@@ -44,7 +44,6 @@ ignored) of the token cross-entropy.
 """
 
 import logging
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -65,18 +64,6 @@ from neuron_sift.integrations.trainer_ranks import trainer_distributed
 from neuron_sift.sift_config.epoch_config import coerce_epoch_config
 
 logger = logging.getLogger(__name__)
-
-
-def __getattr__(name: str) -> Any:
-    if name == "EpochStream":  # 0.4.0's stream, now ExactLengthLoader around the epoch loader
-        warnings.warn(
-            "neuron_sift.integrations.epoch_trainer.EpochStream is ExactLengthLoader "
-            "(neuron_sift.integrations.schedules); EpochStream will be removed",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return ExactLengthLoader
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def per_sample_classification(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

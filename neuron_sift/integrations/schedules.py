@@ -8,8 +8,7 @@ first epoch only, and kept samples not yet emitted carry over into the next epoc
 
 - ``batches_per_epoch(loader, epochs)``: the batches each of the next ``epochs`` epochs
   of a ``SiftingDataloader`` emits; exact in ``fixed`` mode, expected in ``probabilistic``
-  mode. ``batches_per_epoch(loader, 1)[0] == len(loader)``. (``epoch_plan`` is its former
-  name, a deprecated alias for one release: the epoch mode's ``EpochPlan`` is another thing.)
+  mode. ``batches_per_epoch(loader, 1)[0] == len(loader)``.
 - ``planned_steps(loader, epochs, sigmas=0.0)``: their sum, optionally plus ``sigmas``
   standard deviations of the probabilistic count (a planning bound). It also takes an
   ``EpochSiftingDataloader`` (its own ``planned_steps``), so one function answers "how
@@ -21,7 +20,6 @@ first epoch only, and kept samples not yet emitted carry over into the next epoc
 """
 
 import math
-import warnings
 from typing import Any
 
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
@@ -32,7 +30,6 @@ __all__ = [
     "ExactLengthLoader",
     "as_sifting_dataloader",
     "batches_per_epoch",
-    "epoch_plan",
     "planned_steps",
     "planned_steps_std",
     "round_half_up",
@@ -53,16 +50,6 @@ def batches_per_epoch(loader: Any, epochs: int = 1) -> list[int]:
     Raises ``TypeError`` when the source loader has no length.
     """
     return _plan(loader, epochs)[0]
-
-
-def epoch_plan(loader: Any, epochs: int = 1) -> list[int]:
-    """Deprecated alias of ``batches_per_epoch`` (kept for one release)."""
-    warnings.warn(
-        "neuron_sift.integrations.schedules.epoch_plan is renamed batches_per_epoch; epoch_plan will be removed",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return batches_per_epoch(loader, epochs)
 
 
 def planned_steps_std(loader: Any, epochs: int = 1) -> float:

@@ -129,9 +129,8 @@ def log_metrics(metrics: Any, logger: logging.Logger | None = None, level: int =
     ``metrics``: a snapshot or anything ``collect_metrics`` reads (then collected first).
     Per-batch lines, in this order: ``num_orig_samples_seen: N``, ``num_orig_samples_kept:
     N`` (the same format as the per-batch lines smart_sifting users parse),
-    ``observed_kept_share: X``, ``kept_share: X`` (its alias, for one release),
-    ``loss_history_fill: N``, ``loss_history_q<percent>: X`` per quantile,
-    ``sifting_machinery_seconds: X``, ``sifting_machinery_latency: X``,
+    ``observed_kept_share: X``, ``loss_history_fill: N``, ``loss_history_q<percent>: X``
+    per quantile, ``sifting_machinery_seconds: X``, ``sifting_machinery_latency: X``,
     ``sifting_batch_creation_latency: X``, and ``xla_compile_count: N`` on XLA. Epoch lines:
     one per scalar of ``EpochSiftingMetrics.scalars()``. Returns the snapshot.
     """
@@ -148,7 +147,6 @@ def log_metrics(metrics: Any, logger: logging.Logger | None = None, level: int =
     log.log(level, "num_orig_samples_seen: %d", metrics.num_orig_samples_seen)
     log.log(level, "num_orig_samples_kept: %d", metrics.num_orig_samples_kept)
     log.log(level, "observed_kept_share: %.6f", metrics.observed_kept_share)
-    log.log(level, "kept_share: %.6f", metrics.observed_kept_share)
     log.log(level, "loss_history_fill: %d", metrics.history_fill)
     for q, v in metrics.history_quantiles.items():
         log.log(level, "%s: %.6g", quantile_key(q), v)

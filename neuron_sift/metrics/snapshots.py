@@ -8,8 +8,7 @@ a plain dict (``.as_dict()``). ``default_prefix`` and ``step`` let the log, Tens
 Lightning paths treat either alike.
 
 The measured share of samples kept is ``observed_kept_share`` in both modes (apart from the
-epoch config's ``kept_share`` setting); ``kept_share`` is still in ``.scalars()`` as an
-alias of it for one release.
+epoch config's ``kept_share`` setting).
 """
 
 from collections.abc import Sequence
@@ -34,15 +33,14 @@ class SiftingMetrics:
     """A snapshot of one ``SiftingDataloader``.
 
     ``counts``: every count of ``SiftingCounts`` by name, each also an attribute
-    (``m.num_orig_samples_seen``). ``observed_kept_share``: kept / seen (``kept_share`` is
-    its alias for one release). ``machinery_seconds``: host seconds in sifting itself
-    (transform, should_sift, sift, accumulate, reverse_transform), without the user's
-    scoring forward, which is ``scoring_seconds``. ``machinery_latency``:
-    ``machinery_seconds`` per sifted (non-delayed) source batch. ``batch_creation_latency``:
-    machinery plus scoring seconds per emitted sifted batch (the mean of the logged
-    ``sifted_batch_creation_latency``). On XLA these are host (tracing) times; the device
-    runs asynchronously. ``compile_count``: compilations in this process so far (XLA
-    backend only, else None).
+    (``m.num_orig_samples_seen``). ``observed_kept_share``: kept / seen.
+    ``machinery_seconds``: host seconds in sifting itself (transform, should_sift, sift,
+    accumulate, reverse_transform), without the user's scoring forward, which is
+    ``scoring_seconds``. ``machinery_latency``: ``machinery_seconds`` per sifted
+    (non-delayed) source batch. ``batch_creation_latency``: machinery plus scoring seconds
+    per emitted sifted batch (the mean of the logged ``sifted_batch_creation_latency``). On
+    XLA these are host (tracing) times; the device runs asynchronously. ``compile_count``:
+    compilations in this process so far (XLA backend only, else None).
     """
 
     counts: dict[str, int]
@@ -69,27 +67,21 @@ class SiftingMetrics:
         raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
 
     @property
-    def kept_share(self) -> float:
-        """Alias of ``observed_kept_share`` (for one release)."""
-        return self.observed_kept_share
-
-    @property
     def step(self) -> int:
         """The default global step of a TensorBoard write: batches emitted."""
         return int(self.counts["num_batches_emitted"])
 
     def as_dict(self) -> dict:
         """Every field, with the counts also flat at the top level (as in 0.4.0)."""
-        return {**self.counts, **asdict(self), "kept_share": self.observed_kept_share}
+        return {**self.counts, **asdict(self)}
 
     def scalars(self, prefix: str = "") -> dict[str, float]:
         """Flat ``name -> number`` for loggers (Lightning, the HF Trainer, TensorBoard).
 
-        Names: the counts a dashboard follows, ``observed_kept_share`` (and its alias
-        ``kept_share``), ``history_fill``, ``loss_history_q<percent>`` (e.g.
-        ``loss_history_q50``), ``machinery_seconds``, ``scoring_seconds``,
-        ``machinery_latency``, ``batch_creation_latency``, and ``compile_count`` on XLA;
-        each prefixed with ``prefix``.
+        Names: the counts a dashboard follows, ``observed_kept_share``, ``history_fill``,
+        ``loss_history_q<percent>`` (e.g. ``loss_history_q50``), ``machinery_seconds``,
+        ``scoring_seconds``, ``machinery_latency``, ``batch_creation_latency``, and
+        ``compile_count`` on XLA; each prefixed with ``prefix``.
         """
         c = self.counts
         out: dict[str, float] = {
@@ -106,7 +98,6 @@ class SiftingMetrics:
         # Kept samples a data-parallel rank dropped at its max_pending bound (0 otherwise).
         out["num_samples_dropped"] = c.get("num_samples_dropped", 0)
         out["observed_kept_share"] = self.observed_kept_share
-        out["kept_share"] = self.observed_kept_share
         out["history_fill"] = self.history_fill
         for q, v in self.history_quantiles.items():
             out[quantile_key(q)] = v
@@ -164,12 +155,11 @@ def sifting_snapshot(sl: "SiftingDataloader", quantiles: Sequence[float] = DEFAU
     )
 
 
-# The epoch snapshot's scalars, in order; ``kept_share`` is the alias of ``observed_kept_share``.
+# The epoch snapshot's scalars, in order.
 EPOCH_SCALARS = (
     "epoch",
     "epoch_finished",
     "observed_kept_share",
-    "kept_share",
     "mean_weight",
     "max_weight",
     "scores_recorded",
@@ -190,11 +180,11 @@ class EpochSiftingMetrics:
     per-epoch ``epochs`` list, kept apart) plus ``planned_steps`` (the batches this rank
     still trains, the planner's count; None without ``num_epochs``).
 
-    Scalars: ``observed_kept_share`` (and its alias ``kept_share``) and ``mean_weight`` of
-    the current epoch's plan (of the samples trained: with ``drop_last`` the cut short
-    batches are not counted), ``max_weight``, ``scores_recorded``, ``num_nonfinite_losses``,
-    ``excluded_by_guard``, ``epoch`` (the current epoch's 0-based index; absent before the
-    first epoch), ``epoch_finished`` (1 once every batch of it on this rank has its losses),
+    Scalars: ``observed_kept_share`` and ``mean_weight`` of the current epoch's plan (of
+    the samples trained: with ``drop_last`` the cut short batches are not counted),
+    ``max_weight``, ``scores_recorded``, ``num_nonfinite_losses``, ``excluded_by_guard``,
+    ``epoch`` (the current epoch's 0-based index; absent before the first epoch),
+    ``epoch_finished`` (1 once every batch of it on this rank has its losses),
     ``unpaired_batches``, ``batches_recorded``, ``batches_skipped``, ``planning_seconds``,
     ``machinery_seconds`` and ``planned_steps`` (absent without ``num_epochs``).
     """
@@ -207,11 +197,6 @@ class EpochSiftingMetrics:
     @property
     def observed_kept_share(self) -> float:
         return float(self.values["observed_kept_share"])
-
-    @property
-    def kept_share(self) -> float:
-        """Alias of ``observed_kept_share`` (for one release)."""
-        return self.observed_kept_share
 
     @property
     def step(self) -> int:

@@ -11,8 +11,8 @@ short last batch is cut off, so a plan draws more samples than any rank trains; 
 share that counted them would report work that never happened. ``kept`` is what the
 ranks train, ``planned`` what the plan drew, and ``observed_kept_share`` the measured
 share ``kept / M``, named apart from the setting ``EpochSiftConfig.kept_share`` (a
-budget). Its alias ``kept_share`` is added where the record is reported (``metrics()``),
-not kept in the record or its checkpoint.
+budget). A record saved before 0.5.0 names it ``kept_share``, one of 0.5.0 to 0.7.0 both:
+either loads into ``observed_kept_share`` alone.
 
 Why every count and weight is of all ranks, whatever the score table: a run is one
 training run, and the same run must read the same under either table and on every rank

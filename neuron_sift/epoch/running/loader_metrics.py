@@ -21,10 +21,8 @@ def epoch_report(
     """The snapshot (one host read of the score table on a device). ``epoch`` is the
     current epoch's 0-based index (None before the first is planned); ``epoch_finished``
     says whether every batch of it on this rank has its losses (or was skipped).
-    ``observed_kept_share``: the share of the samples the current epoch trains; it is also
-    reported as ``kept_share`` (here only, for the current epoch and each entry of
-    ``epochs``), an alias kept for one release (the setting of that name is
-    a budget, ``EpochSiftConfig.kept_share``). The epoch's counts and weights
+    ``observed_kept_share``: the share of the samples the current epoch trains (apart from
+    the setting ``EpochSiftConfig.kept_share``, a budget). The epoch's counts and weights
     (``observed_kept_share``, ``mean_weight``, ``max_weight``, ``excluded_by_guard``, and
     ``rank_correlation``, the start rule's measure of a sifted epoch: None when not measured)
     are of all ranks under either score table (``history.TrainedCounts``), the batch and loss counts
@@ -40,7 +38,6 @@ def epoch_report(
         "epoch_finished": progress.finished(),
         "epoch_kind": last.get("kind"),
         "observed_kept_share": observed,
-        "kept_share": observed,
         "mean_weight": last.get("mean_weight", 1.0),
         "max_weight": last.get("max_weight", 1.0),
         "batches_planned": len(progress.batches),
@@ -56,5 +53,5 @@ def epoch_report(
         "planning_seconds": history.seconds("planning"),
         "weighted_loss_seconds": history.seconds("weighted_loss"),
         "machinery_seconds": history.machinery_seconds,
-        "epochs": [{**h, "kept_share": h["observed_kept_share"]} for h in history],
+        "epochs": [dict(h) for h in history],
     }

@@ -99,7 +99,7 @@ def test_trains_a_real_model(device, mode):
     assert acc > 0.9
     m = loader.metrics()
     assert abs(m["observed_kept_share"] - 0.5) < 0.05
-    assert m["kept_share"] == m["observed_kept_share"]  # the old name, kept for one release
+    assert "kept_share" not in m  # 0.5.0's alias of observed_kept_share is gone
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -1,9 +1,13 @@
-"""The per-batch modules renamed so their names say what they hold: for one release the old
-paths still import the same objects, with a ``DeprecationWarning`` that names the new path
-and points at the user's import line."""
+"""The per-batch modules renamed in 0.8.0 so their names say what they hold: until 0.9.0 the
+old paths still hand out the same objects (``shared/moved.py``). Importing an old path is
+silent; each name read through it warns (``DeprecationWarning``) naming the new path and
+0.9.0, and points at the user's line."""
 
+import importlib
+import re
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -22,7 +26,10 @@ RENAMED = [
     (
         "neuron_sift.dataloader.checkpoint",
         "neuron_sift.dataloader.loader_checkpoint",
-        {name: name for name in ("FORMAT", "epoch_in_progress", "loader_state", "restore_loader_state", "upgrade_v1")},
+        {
+            name: name
+            for name in ("FORMAT", "PARTS", "epoch_in_progress", "loader_state", "restore_loader_state", "upgrade_v1")
+        },
     ),
 ]
 
@@ -31,22 +38,30 @@ OLD = {old for old, _, _ in RENAMED}
 
 
 @pytest.mark.parametrize("old, new, names", RENAMED, ids=[old.rsplit(".", 1)[1] for old, _, _ in RENAMED])
-def test_an_old_module_path_warns_and_holds_the_same_objects(old, new, names, monkeypatch):
-    monkeypatch.delitem(sys.modules, old, raising=False)  # imported afresh: the warning comes at import
-    with pytest.warns(DeprecationWarning, match=f"{old} is renamed {new}") as record:
-        __import__(old)
-    assert record[0].filename == __file__  # the user's import line, not the library's
-    module, renamed = sys.modules[old], sys.modules[new]
+def test_an_old_module_path_imports_silently_and_warns_for_each_name_it_hands_out(old, new, names, monkeypatch):
+    monkeypatch.delitem(sys.modules, old, raising=False)  # imported afresh: nothing warns at import
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        module = importlib.import_module(old)
+    renamed = importlib.import_module(new)
     for old_name, new_name in names.items():
-        assert getattr(module, old_name) is getattr(renamed, new_name)
+        message = f"{old}.{old_name} moved to {new}.{new_name}; {old} is removed in 0.9.0"
+        with pytest.warns(DeprecationWarning, match=re.escape(message)) as record:
+            value = getattr(module, old_name)
+        assert value is getattr(renamed, new_name)
+        assert record[0].filename == __file__  # the user's line, not the library's
 
 
 @pytest.mark.slow  # a fresh interpreter imports torch
 def test_the_package_imports_none_of_the_old_paths():
-    """A warning from the library's own imports would reach every user: only the shims name
-    the old paths. In a fresh interpreter, as a user's program starts."""
+    """A warning from the library's own reads would reach every user: only the shims name the
+    old paths. In a fresh interpreter, as a user's program starts: none of them is imported
+    (the registry of moved modules, filled as each shim is imported, stays empty)."""
     modules = ["neuron_sift", "neuron_sift.integrations.schedules", "neuron_sift.integrations.trainer"]
-    code = f"import sys; [__import__(m) for m in {modules!r}]; print(sorted(m for m in sys.modules if m in {OLD!r}))"
+    code = (
+        f"import sys; [__import__(m) for m in {modules!r}]; from neuron_sift.shared.moved import MOVED; "
+        f"print(sorted({{m for m in sys.modules if m in {OLD!r}}} | set(MOVED)))"
+    )
     out = subprocess.run(
         [sys.executable, "-W", "error::DeprecationWarning", "-c", code], capture_output=True, text=True, check=True
     )

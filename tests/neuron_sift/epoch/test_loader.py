@@ -331,7 +331,7 @@ def test_training_reaches_the_model_and_metrics_report():
     assert m["scores_recorded"] == 512 and m["num_nonfinite_losses"] == 0
     kinds = [e["kind"] for e in m["epochs"]]
     assert kinds == ["warmup"] + ["sift"] * 6 + ["anneal"]
-    assert all(0.3 < e["kept_share"] < 0.7 for e in m["epochs"][1:-1])
+    assert all(0.3 < e["observed_kept_share"] < 0.7 for e in m["epochs"][1:-1])
     assert all(e["mean_weight"] > 1 for e in m["epochs"][1:-1])  # sifted epochs weigh losses by 1 / keep probability
     assert all(e["mean_weight"] == e["max_weight"] == 1 for e in (m["epochs"][0], m["epochs"][-1]))
     assert m["machinery_seconds"] > 0

@@ -115,13 +115,6 @@ def test_a_0_4_0_epoch_stream_state_still_loads():
         s.load_state_dict({**old, "kind": "EpochStream", "version": 2})
 
 
-def test_epoch_stream_is_a_deprecated_alias():
-    import neuron_sift.integrations.epoch_trainer as epoch_trainer
-
-    with pytest.warns(DeprecationWarning, match="EpochStream is ExactLengthLoader"):
-        assert epoch_trainer.EpochStream is ExactLengthLoader
-
-
 # -- evaluation through the compute_loss hook -------------------------------------------------
 
 

@@ -1,6 +1,6 @@
 """``ExactLengthLoader`` around the epoch loader (its per-batch side is tested in
-tests/neuron_sift/integrations/test_schedules.py and test_resume_training.py), the length
-functions for either loader, and the deprecated names."""
+tests/neuron_sift/integrations/test_schedules.py and test_resume_training.py) and the length
+functions for either loader."""
 
 import pytest
 import torch
@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from neuron_sift import EpochSiftingDataloader, Loss, RelativeProbabilisticSiftConfig, SiftingDataloader
-from neuron_sift.integrations.schedules import ExactLengthLoader, batches_per_epoch, epoch_plan, planned_steps
+from neuron_sift.integrations.schedules import ExactLengthLoader, batches_per_epoch, planned_steps
 
 
 def epoch_loader(n=100, batch=8, epochs=5):
@@ -102,12 +102,6 @@ def test_planned_steps_answers_for_either_loader():
         planned_steps([1, 2], 1)
     with pytest.raises(TypeError, match="expected a SiftingDataloader"):
         batches_per_epoch(loader, 1)  # per-batch counts: the epoch loader's are its plans
-
-
-def test_epoch_plan_is_a_deprecated_alias_of_batches_per_epoch():
-    sifting = per_batch_loader()
-    with pytest.warns(DeprecationWarning, match="epoch_plan is renamed batches_per_epoch"):
-        assert epoch_plan(sifting, 2) == batches_per_epoch(sifting, 2)
 
 
 def test_a_state_taken_after_an_epochs_last_batch_resumes_its_empty_rest_or_closed_the_next_epoch():

@@ -102,14 +102,15 @@ def test_sifting_metrics_reach_the_trainer_logs(cpu_runs):
     for name in (
         "num_orig_samples_seen",
         "num_orig_samples_kept",
-        "kept_share",
+        "observed_kept_share",
         "loss_history_q50",
         "machinery_latency",
         "history_fill",
     ):
         assert "sifting/" + name in r["logged_keys"]
     assert r["final_logged_seen"] == r["counts"]["num_orig_samples_seen"]
-    assert r["train_metrics_kept_share"] == pytest.approx(r["kept_share"])
+    assert r["train_metrics_observed_kept_share"] == pytest.approx(r["kept_share"])
+    assert "sifting/kept_share" not in r["logged_keys"]  # 0.5.0's alias is gone
 
 
 def test_dataset_without_length_falls_back_to_max_steps(cpu_runs):

@@ -184,7 +184,7 @@ def observe(trainer, loss, cfg=None, passes=None):
     out = trainer.train()
     sifting = trainer.sifting_dataloader
     c = sifting.counts
-    logs = [e for e in trainer.state.log_history if "sifting/kept_share" in e]
+    logs = [e for e in trainer.state.log_history if "sifting/observed_kept_share" in e]
     result = {
         "global_step": trainer.state.global_step,
         "max_steps": trainer.state.max_steps,
@@ -205,7 +205,7 @@ def observe(trainer, loss, cfg=None, passes=None):
         "logged": len(logs),
         "logged_keys": sorted(logs[-1]) if logs else [],
         "final_logged_seen": logs[-1]["sifting/num_orig_samples_seen"] if logs else None,
-        "train_metrics_kept_share": out.metrics.get("sifting/kept_share"),
+        "train_metrics_observed_kept_share": out.metrics.get("sifting/observed_kept_share"),
         "kept_share": c.num_orig_samples_kept / c.num_orig_samples_seen,
         "epoch_sifting_logged": any(k.startswith("epoch_sifting/") for h in trainer.state.log_history for k in h),
     }

@@ -1,6 +1,5 @@
 """The metrics surface with the epoch loader: ``collect_metrics`` -> ``EpochSiftingMetrics``,
-log lines on the epoch logger, TensorBoard, the planner's planned steps, and the 0.4.0
-functions kept as deprecated aliases."""
+log lines on the epoch logger, TensorBoard and the planner's planned steps."""
 
 import os
 
@@ -52,17 +51,18 @@ def test_metrics_surface_log_lines_and_tensorboard(run, tmp_path, caplog):
     assert counted == [256, 128, 128, 128]  # a full epoch, then budgets of 0.5
     observed = counted[-1] / 256  # the share the loop trained in the last epoch, counted by the loop
     assert s["p/observed_kept_share"] == observed and snap.observed_kept_share == observed
-    assert s["p/kept_share"] == snap.kept_share == observed  # the alias reports it too
+    assert "p/kept_share" not in s and not hasattr(snap, "kept_share")  # 0.5.0's alias is gone
     assert "p/epoch" in s and s["p/planning_seconds"] > 0
     kept = 1 / loader.plan.inclusion[loader.plan.order]  # the last epoch's weights: 1 / keep probability
     assert s["p/mean_weight"] == pytest.approx(float(kept.mean()), rel=1e-6) and s["p/mean_weight"] > 1
     assert s["p/max_weight"] == pytest.approx(float(kept.max()), rel=1e-6)
     assert [e["observed_kept_share"] for e in snap.epochs] == [c / 256 for c in counted]
-    assert [e["kept_share"] for e in snap.epochs] == [c / 256 for c in counted]
+    assert all("kept_share" not in e for e in snap.epochs)
     assert snap.as_dict()["epochs"] == snap.epochs and snap.as_dict()["scores_recorded"] == 256
     with caplog.at_level("INFO", logger="neuron_sift.epoch.loader"):
         assert isinstance(log_metrics(loader), EpochSiftingMetrics)
-    assert "observed_kept_share: 0.5" in caplog.text and "kept_share: 0.5" in caplog.text
+    assert "observed_kept_share: 0.5" in caplog.messages
+    assert not any(m.startswith("kept_share") for m in caplog.messages)
 
     class Writer:
         calls = []
@@ -100,27 +100,3 @@ def test_metrics_report_the_planners_planned_steps():
     assert collect_metrics(loader).values["planned_steps"] == 0
     no_length = EpochSiftingDataloader({}, DataLoader(TensorDataset(torch.zeros(8, 1)), batch_size=4))
     assert "planned_steps" not in collect_metrics(no_length).scalars()
-
-
-def test_the_0_4_0_functions_are_deprecated_aliases(trained, caplog):
-    from neuron_sift.metrics import epoch_metrics as old
-
-    with pytest.warns(DeprecationWarning, match="epoch_metrics is deprecated; use neuron_sift.metrics.collect_metrics"):
-        snap = old.epoch_metrics(trained)
-    assert snap.scalars() == collect_metrics(trained).scalars()
-    with pytest.warns(DeprecationWarning), caplog.at_level("INFO", logger="neuron_sift.epoch.loader"):
-        old.log_epoch_metrics(trained)
-    assert "kept_share: 0.5" in caplog.text
-
-    class Writer:
-        calls = []
-
-        def add_scalar(self, tag, value, step):
-            self.calls.append((tag, step))
-
-    with pytest.warns(DeprecationWarning):
-        old.write_epoch_tensorboard(trained, Writer(), step=3)
-    assert ("epoch_sifting/kept_share", 3) in Writer.calls
-    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="no EpochSiftingDataloader"):
-        old.epoch_metrics([1, 2])
-    assert "kept_share" in old.SCALARS and "observed_kept_share" in old.SCALARS

@@ -140,7 +140,7 @@ def test_recorder_logs_sifting_metrics_through_the_trainer_logger():
     for name in (
         "num_orig_samples_seen",
         "num_orig_samples_kept",
-        "kept_share",
+        "observed_kept_share",
         "loss_history_q10",
         "loss_history_q50",
         "loss_history_q90",
@@ -157,7 +157,7 @@ def test_recorder_logs_sifting_metrics_through_the_trainer_logger():
     c = sifting.counts
     assert final["sifting/num_orig_samples_seen"] == c.num_orig_samples_seen
     assert final["sifting/num_orig_samples_kept"] == c.num_orig_samples_kept
-    assert final["sifting/kept_share"] == pytest.approx(c.num_orig_samples_kept / c.num_orig_samples_seen)
+    assert final["sifting/observed_kept_share"] == pytest.approx(c.num_orig_samples_kept / c.num_orig_samples_seen)
     fill = int(sifting.sifter.state.fill)
     assert final["sifting/loss_history_q50"] == pytest.approx(sifting.sifter.state.history[:fill].quantile(0.5).item())
     assert final["sifting/loss_history_q10"] <= final["sifting/loss_history_q50"] <= final["sifting/loss_history_q90"]
@@ -214,10 +214,10 @@ def test_recorder_writes_to_a_tensorboard_logger(tmp_path):
     tb.experiment.flush()
     acc = EventAccumulator(tb.log_dir)
     acc.Reload()
-    assert {"sifting/kept_share", "sifting/num_orig_samples_kept", "sifting/loss_history_q50"} <= set(
+    assert {"sifting/observed_kept_share", "sifting/num_orig_samples_kept", "sifting/loss_history_q50"} <= set(
         acc.Tags()["scalars"]
     )
-    assert acc.Scalars("sifting/kept_share")[-1].value == pytest.approx(0.5)  # fixed mode, beta 1, no delay
+    assert acc.Scalars("sifting/observed_kept_share")[-1].value == pytest.approx(0.5)  # fixed mode, beta 1, no delay
 
 
 def test_recorder_without_a_sifting_loader_warns_and_records_nothing():
@@ -261,10 +261,8 @@ def test_recorder_with_an_explicit_loader():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("callback", ["recorder", "deprecated_alias"])
-def test_lightning_fit_with_the_epoch_loader(callback):
-    """The same callback reports the epoch loader's scalars (under ``epoch_sifting/``); the
-    0.4.0 ``lightning_callback()`` is a deprecated alias returning it."""
+def test_lightning_fit_with_the_epoch_loader():
+    """The same callback reports the epoch loader's scalars (under ``epoch_sifting/``)."""
     import torch.nn.functional as F
 
     from neuron_sift import EpochSiftingDataloader
@@ -292,13 +290,7 @@ def test_lightning_fit_with_the_epoch_loader(callback):
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    if callback == "recorder":
-        recorder = TrainingMetricsRecorder()
-    else:
-        from neuron_sift.metrics.epoch_metrics import lightning_callback
-
-        with pytest.warns(DeprecationWarning, match="lightning_callback is deprecated"):
-            recorder = lightning_callback()
+    recorder = TrainingMetricsRecorder()
     m = Module()
     trainer, (memory,), warned = fit(m, recorder, max_epochs=4)
     metrics = m.sift.metrics()
@@ -306,10 +298,11 @@ def test_lightning_fit_with_the_epoch_loader(callback):
     assert metrics["scores_recorded"] == 200 and metrics["unpaired_batches"] == 0
     assert trainer.global_step == 13 + 3 * 5
     assert warned == [] and recorder.cut_epochs == []
-    logged = [(step, m) for step, m in memory.calls if "epoch_sifting/kept_share" in m]
+    logged = [(step, m) for step, m in memory.calls if "epoch_sifting/observed_kept_share" in m]
     assert logged and logged[-1][0] == trainer.global_step
     final = logged[-1][1]
-    assert final["epoch_sifting/observed_kept_share"] == final["epoch_sifting/kept_share"]
+    assert final["epoch_sifting/observed_kept_share"] == pytest.approx(metrics["observed_kept_share"])
+    assert "epoch_sifting/kept_share" not in final  # 0.5.0's alias is gone
     assert final["epoch_sifting/scores_recorded"] == 200
     assert recorder.last.values["scores_recorded"] == 200
 

@@ -60,7 +60,7 @@ def test_snapshot_agrees_with_the_loader(mode):
     assert (m.num_orig_samples_seen, m.num_orig_samples_kept) == (c.num_orig_samples_seen, c.num_orig_samples_kept)
     assert m.num_orig_samples_sifted == c.num_orig_samples_sifted > 0
     assert m.num_batches_emitted == c.num_batches_emitted and m.num_samples_pending == c.num_samples_pending
-    assert m.kept_share == pytest.approx(c.num_orig_samples_kept / c.num_orig_samples_seen)
+    assert m.observed_kept_share == pytest.approx(c.num_orig_samples_kept / c.num_orig_samples_seen)
     # The history wrapped (480 samples scored into 64 slots): every slot valid.
     state = loader.sifter.state
     assert m.history_fill == int(state.fill) == m.history_length == 64
@@ -99,7 +99,7 @@ def test_before_any_scoring_there_are_no_quantiles():
     drain(loader)  # every batch delayed: nothing scored
     m = collect_metrics(loader)
     assert m.history_fill == 0 and m.history_quantiles == {}
-    assert m.kept_share == 1.0 and m.machinery_latency == 0.0 and m.batch_creation_latency == 0.0
+    assert m.observed_kept_share == 1.0 and m.machinery_latency == 0.0 and m.batch_creation_latency == 0.0
     assert not any(k.startswith("loss_history_q") for k in m.scalars())
 
 
@@ -113,7 +113,7 @@ def test_scalars_are_flat_numbers_with_a_prefix():
     for name in (
         "num_orig_samples_seen",
         "num_orig_samples_kept",
-        "kept_share",
+        "observed_kept_share",
         "history_fill",
         "loss_history_q50",
         "loss_history_q10",
@@ -153,7 +153,8 @@ def test_log_lines_on_the_loader_logger(caplog):
     text = "\n".join(lines)
     assert re.search(r"^num_orig_samples_seen: (\d+)$", text, re.M).group(1) == str(m.num_orig_samples_seen)
     assert re.search(r"^num_orig_samples_kept: (\d+)$", text, re.M).group(1) == str(m.num_orig_samples_kept)
-    assert float(re.search(r"^kept_share: ([\d.]+)$", text, re.M).group(1)) == pytest.approx(m.kept_share, abs=1e-6)
+    observed = float(re.search(r"^observed_kept_share: ([\d.]+)$", text, re.M).group(1))
+    assert observed == pytest.approx(m.observed_kept_share, abs=1e-6)
     assert re.search(r"^loss_history_fill: (\d+)$", text, re.M).group(1) == str(m.history_fill)
     q50 = float(re.search(r"^loss_history_q50: (\S+)$", text, re.M).group(1))
     assert q50 == pytest.approx(m.history_quantiles[0.5], rel=1e-5)
@@ -176,9 +177,9 @@ def test_write_tensorboard_to_a_directory(tmp_path):
     acc = EventAccumulator(str(tmp_path / "tb"))
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    assert {"sifting/kept_share", "sifting/num_orig_samples_seen", "sifting/loss_history_q50"} <= tags
-    (event,) = acc.Scalars("sifting/kept_share")
-    assert event.step == 7 and event.value == pytest.approx(m.kept_share)
+    assert {"sifting/observed_kept_share", "sifting/num_orig_samples_seen", "sifting/loss_history_q50"} <= tags
+    (event,) = acc.Scalars("sifting/observed_kept_share")
+    assert event.step == 7 and event.value == pytest.approx(m.observed_kept_share)
     (seen,) = acc.Scalars("sifting/num_orig_samples_seen")
     assert seen.value == m.num_orig_samples_seen
 
@@ -226,7 +227,7 @@ def test_readme_metrics_and_tensorboard_example(tmp_path, monkeypatch, caplog):
     assert 0.2 < share < 0.5  # beta 2: about 1/3
     assert "loss-history median:" in printed
     logged = [r.getMessage() for r in caplog.records if r.name == LOADER_LOGGER]
-    assert any(re.fullmatch(r"kept_share: [\d.]+", line) for line in logged)
+    assert any(re.fullmatch(r"observed_kept_share: [\d.]+", line) for line in logged)
     assert any(re.fullmatch(r"loss_history_q50: \S+", line) for line in logged)
     assert list(Path("runs/sifting").glob("events.out.tfevents.*"))
 

@@ -2,8 +2,8 @@
 on: each entry names the share the epoch trained ``observed_kept_share`` (the setting
 ``kept_share`` is a budget: the measured share is not stored under its name); a checkpoint
 of a version whose entries named it ``kept_share`` loads into ``observed_kept_share``;
-``metrics()["epochs"]`` still reports the alias ``kept_share`` for one release, without
-adding it to the record or the checkpoint."""
+``metrics()["epochs"]`` reports it under that one name too (0.5.0's alias ``kept_share``
+is gone)."""
 
 import pytest
 import torch
@@ -51,7 +51,7 @@ def test_an_entry_with_neither_share_is_refused_naming_both():
         EpochHistory(20).load_state_dict({"epochs": [OLD]})
 
 
-def test_metrics_report_the_alias_for_each_epoch_without_adding_it_to_the_record():
+def test_metrics_report_each_epochs_observed_share_under_one_name():
     loader = EpochSiftingDataloader(
         {**PRUNE_FROM_THE_START, "seed": 2, "kept_share": 0.5},
         DataLoader(IdDataset(20), batch_size=5, shuffle=True),
@@ -62,6 +62,6 @@ def test_metrics_report_the_alias_for_each_epoch_without_adding_it_to_the_record
             loader.weighted_loss(oracle_loss(x))
     epochs = loader.metrics()["epochs"]
     assert [e["observed_kept_share"] for e in epochs] == [1.0, 0.5]
-    assert [e["kept_share"] for e in epochs] == [1.0, 0.5]
+    assert all("kept_share" not in e for e in epochs) and "kept_share" not in loader.metrics()
     assert all("kept_share" not in h for h in loader.history)  # the record itself keeps one name
     assert all("kept_share" not in h for h in loader.state_dict()["history"]["epochs"])

@@ -64,7 +64,9 @@ def test_later_epochs_rank_the_excess_loss_and_the_start_rule_does_not_hold_them
 def test_unscored_samples_get_the_median_excess_neither_forced_in_nor_left_out(monkeypatch):
     """After a sifted epoch 0 half the samples have no score yet: they rank at the scored
     ones' median excess instead of being forced in (which would take the whole budget)."""
-    run = train(monkeypatch, 1, {"warmup_epochs": 0}, loss=noisy_is_hard, loader_kwargs={"reference": noisy_reference()})
+    run = train(
+        monkeypatch, 1, {"warmup_epochs": 0}, loss=noisy_is_hard, loader_kwargs={"reference": noisy_reference()}
+    )
     first, second = set(run.trained(0)), set(run.trained(1))
     assert run.history[0][1]["kind"] == "sift"
     assert second & first and second - first  # both scored and unscored samples are drawn
