@@ -10,12 +10,15 @@ that share is usually larger than what loss-based selection saves, and the user 
 know before a long run. The check logs the break-even once and warns when it is above
 ``IMPLAUSIBLE_SAVING``, naming the cheaper scorers.
 
-The loader measures both on the user's own run: the scoring forward (and a scoring
+The loader measures both on the user's own run (not on XLA, whose lazy graphs a timing
+would cut where they are not cut later, so that a cut graph compiles again after the
+warm-up): the scoring forward (and a scoring
 model's step) inside the loader, and the training step as the time the loop spends
 between taking a batch and asking for the next. Only the measured batches wait for the
 device (``Backend.wait``) so the times are the work's, not its launch; the first
-``WARMUP`` of each are left out (compilation), then ``MEASURED`` are averaged. Nothing it
-does changes a selection.
+``WARMUP`` of each are left out (compilation), then ``MEASURED`` are averaged, within the
+first pass over the source (what it has by the pass's end, if fewer). Nothing it does
+changes a selection.
 """
 
 import logging
@@ -46,7 +49,16 @@ class PaybackCheck:
         self.scoring: list[float] = []
         self.steps: list[float] = []
         self.learning: list[float] = []
-        self.done = backend.extraction_only  # graph extraction: device times mean nothing
+        # Off where device times mean nothing (graph extraction) or cannot be read without
+        # cutting the training graph where it is not cut later (a device that compiles per
+        # graph: the cut graph would compile again after the warm-up).
+        self.done = backend.extraction_only or backend.fixed_shapes
+        if backend.fixed_shapes and not backend.extraction_only:
+            logger.info(
+                "payback: off on %s (reading its times would cut the training graph and compile it again later); "
+                "benchmarks/step_costs.py measures the scoring forward's share of a step on the device",
+                backend.device,
+            )
         self._yielded_at: float | None = None
         self._scoring_started: float | None = None
         self.report: dict[str, float] | None = None
@@ -84,9 +96,23 @@ class PaybackCheck:
             self._yielded_at = None
             self._maybe_report()
 
+    def pass_ended(self) -> None:
+        """The first pass over the source ended: measure no more (a device that compiles a
+        graph per sync point must meet no new one after its first epoch) and report what was
+        measured past the warm-up, if anything."""
+        if self.done:
+            return
+        self._scoring_started = self._yielded_at = None
+        if len(self.steps) > WARMUP and len(self.scoring) > WARMUP:
+            self._report()
+        self.done = True
+
     def _maybe_report(self) -> None:
         if self.done or len(self.steps) < WARMUP + MEASURED or len(self.scoring) < WARMUP + MEASURED:
             return
+        self._report()
+
+    def _report(self) -> None:
         self.done = True
         step = _mean(self.steps[WARMUP:])
         if step <= 0.0:

@@ -149,6 +149,7 @@ class SiftingPass:
                 sl.drop_notice.flush()
         finally:  # do not hold the source iterator (and its DataLoader workers) past the epoch
             self._sources.close()
+            sl.payback.pass_ended()
 
     def _before_yield(self) -> None:
         """Before the epoch's last planned batch, score the source batches still left (the

@@ -64,3 +64,17 @@ def test_a_scoring_model_on_the_device_scores_there():
     assert sum(len(ids) for ids, _ in sl) > 0
     with pytest.raises(ValueError, match="scoring_model is on cpu"):
         loader("topk", "excess", device, scoring_model=torch.nn.Linear(1, 1))
+
+
+def test_the_payback_check_is_off_on_xla_and_cuts_no_graph(caplog):
+    """Timing a lazy device needs sync points the training graph does not have later: on XLA
+    the check stays off (it says so once), so the first epoch's graphs are the later ones'."""
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="neuron_sift"):
+        sl = loader("fixed", "excess", torch_xla.device())
+    assert sl.payback.done and any("payback: off on" in r.getMessage() for r in caplog.records)
+    per_epoch_ids(sl, 1)
+    before = compiles()
+    per_epoch_ids(sl, 1)
+    assert compiles() == before and sl.metrics()["payback"] is None

@@ -79,3 +79,18 @@ def test_no_report_before_enough_steps():
     )
     run(loader)
     assert loader.metrics()["payback"] is None
+
+
+def test_it_measures_only_within_the_first_pass():
+    """A device that compiles a graph per sync point must meet none of the check's after its
+    first epoch: the check stops at the end of the first pass, reporting what it measured."""
+    loader = SiftingDataloader(
+        config(), loss_table_loader(torch.rand(16 * 8), 16), loss_impl=SlowLoss(0.0), model=tiny_model()
+    )
+    run(loader)  # 8 source batches: 2 delayed, 6 scored, fewer than WARMUP + MEASURED of each
+    first = loader.metrics()["payback"]
+    measured = (len(loader.payback.scoring), len(loader.payback.steps))
+    assert first is not None and measured[0] < WARMUP + MEASURED
+    run(loader)
+    assert loader.metrics()["payback"] == first
+    assert (len(loader.payback.scoring), len(loader.payback.steps)) == measured
