@@ -139,8 +139,8 @@ def one_sharded(n: int, world: int, kept_share: float, knots: int) -> dict[str, 
 
     from neuron_sift import EpochSiftConfig
     from neuron_sift.epoch.planning.plan import PlanSettings
+    from neuron_sift.epoch.planning.sharded_planner import ShardedPlanner
     from neuron_sift.epoch.score_table import score_table
-    from neuron_sift.epoch.scores.sharded import ShardedPlanner
     from neuron_sift.epoch.scores.tables import ScoreTables
     from neuron_sift.shared.ranks import RankGroup
 

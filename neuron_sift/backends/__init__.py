@@ -45,7 +45,7 @@ def fused_optimizers_refuse_xla(device: object) -> list[str] | None:
     """torch's device types for fused optimizer kernels (``fused=True``), where ``device`` is an
     XLA device they leave out; None where it is not one, or they take it, or torch does not
     say. Why: transformers' fused AdamW default fails at the first step there
-    (``integrations/trainer_optimizer.py`` refuses it at the call)."""
+    (``integrations/hf_trainer/optimizer.py`` refuses it at the call)."""
     if not isinstance(device, torch.device) or device.type != "xla":
         return None
     try:

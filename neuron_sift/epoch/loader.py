@@ -8,13 +8,8 @@ own DataLoader settings deliver the plan's samples through a batch sampler of ou
 and returns the weighted mean whose expectation is the full-data loss. No scoring
 forward, no patching.
 
-This object keeps the arguments, the lengths and the state API; each job is a part of its
-own, with its own ``state_dict``: the planner and the shares, built by the score table
-registered under the config's name (``score_table.py``), the per-epoch iterator, the
-opening of an epoch, the pairing and the record of epochs (``running/``), the score tables
-(``scores/``), the noise guard (``selection/``). The checkpoint is their composition in the
-package's envelope (``resuming/state_layout.py``); ``metrics()`` is
-``running/loader_metrics.py``'s snapshot of them.
+This object keeps the arguments, the lengths and the state API; each job is a part with its
+own ``state_dict`` (``docs/architecture.md``), the checkpoint their composition (``resuming/``).
 """
 
 from collections.abc import Iterator, Sequence
@@ -26,7 +21,7 @@ from neuron_sift.backends import BACKEND_NAMES, resolve_backend
 from neuron_sift.backends.base import Backend
 from neuron_sift.epoch.planning.plan import EpochPlan, PlanSettings
 from neuron_sift.epoch.planning.planned_counts import check_planned_counts
-from neuron_sift.epoch.planning.rank_settings import check_same_on_every_rank, plan_seed, settings_to_agree
+from neuron_sift.epoch.planning.rank_settings import agreed_settings, plan_seed
 from neuron_sift.epoch.resuming.loader_state import LoaderParts
 from neuron_sift.epoch.resuming.run_states import own_state, resume_from_ranks
 from neuron_sift.epoch.resuming.state_layout import STATE_VERSION
@@ -115,14 +110,19 @@ class EpochSiftingDataloader:
         table, self.sift_config = load_reference(
             reference, self.sift_config, self._info.dataloader.dataset, self.sampling.support
         )
-        seed = plan_seed(self.sift_config, self._info.generator_seed)
-        common = (self.sift_config, self.n, self._info.batch_size, self._info.drop_last, seed, num_epochs)
-        # What decides the plans must be the same on every rank: one all-gather, refused on every rank.
-        identity = reference_identity(table)
-        check_same_on_every_rank(settings_to_agree(*common, self.sampling, identity), self.ranks)
+        run = PlanSettings(  # what decides the plans: the same on every rank, before each takes its place in them
+            config=self.sift_config,
+            n=self.n,
+            batch_size=self._info.batch_size,
+            drop_last=self._info.drop_last,
+            seed=plan_seed(self.sift_config, self._info.generator_seed),
+            num_epochs=num_epochs,
+            support=self.sampling.support,
+            ordered=self.sampling.ordered,
+            reference=reference_identity(table),
+        )
+        settings = agreed_settings(run, self.ranks)  # one all-gather: refused on every rank where they differ
         self.score_table = score_table(self.sift_config.score_table)
-        world, rank, support = self.ranks.world_size, self.ranks.rank, self.sampling.support
-        settings = PlanSettings(*common, world, rank, support, self.sampling.ordered, identity)
         parts = self.score_table.build(settings, self.ranks)
         self.planner, self.shares = parts.planner, parts.shares
         check_planned_counts(self.planner)  # after the settings agreement: every rank refuses together
@@ -333,9 +333,9 @@ class EpochSiftingDataloader:
         """Restore from every rank's ``state_dict()`` of the run, taken at one step with any
         number of ranks: at this loader's world size each rank's own state is loaded (the
         exact resume); at another, they are combined into this rank's share of the same run
-        (``neuron_sift/epoch/resuming/reshard.py``): the epoch in progress continues with its rest
-        dealt out to the ranks now present, nothing trained twice or left out, and later
-        epochs are planned for this world size.
+        (``neuron_sift/epoch/resuming/``: ``replicated_reshard.py``, ``sharded_reshard.py``): the
+        epoch in progress continues with its rest dealt out to the ranks now present, nothing
+        trained twice or left out, and later epochs are planned for this world size.
 
         Raises:
             ValueError: not every rank's state of one run at one step, or an epoch in

@@ -1,5 +1,8 @@
-"""The one seam where ``EpochSiftConfig.score_table`` is read: each score table registered
-by name with what it is built from and how it resumes.
+"""The registry of score-table kinds (``replicated``, ``sharded``), the one seam where
+``EpochSiftConfig.score_table`` is read: each kind registered by name with what it is built
+from and how it resumes. A kind is a layout, not a table: the tables themselves, this rank's
+score and weight tensors, are ``scores/tables.py``'s ``ScoreTables``, one class under either
+kind, sized by the planner the kind builds.
 
 Why a registry: a table decides the planner (every sample's scores on every rank, or each
 rank planning the samples it owns), how the ranks share fresh scores, where the noise
@@ -15,13 +18,13 @@ from typing import Any, cast
 
 from neuron_sift.epoch.planning.plan import PlanSettings
 from neuron_sift.epoch.planning.planner import EpochPlanner
-from neuron_sift.epoch.resuming.reshard import reshard
+from neuron_sift.epoch.planning.sharded_planner import ShardedPlanner
+from neuron_sift.epoch.resuming.replicated_reshard import reshard
 from neuron_sift.epoch.resuming.run_states import Resume
 from neuron_sift.epoch.resuming.sharded_reshard import reown
 from neuron_sift.epoch.resuming.state_layout import SharesCheck
 from neuron_sift.epoch.scores.owned_shares import OwnedShares
 from neuron_sift.epoch.scores.rank_shares import RankShares
-from neuron_sift.epoch.scores.sharded import ShardedPlanner
 from neuron_sift.shared.ranks import RankGroup
 
 Shares = RankShares | OwnedShares

@@ -1,5 +1,6 @@
-"""Integrations: the Hugging Face ``Trainer`` (``neuron_sift.integrations.trainer.enable_sifting``)
-and lengths for schedules and trainers (``neuron_sift.integrations.schedules``).
+"""Integrations: the Hugging Face ``Trainer`` (``neuron_sift.integrations.trainer.enable_sifting``,
+``neuron_sift.integrations.epoch_trainer.enable_epoch_sifting``; the integration's room is
+``hf_trainer/``) and lengths for schedules and trainers (``neuron_sift.integrations.schedules``).
 Both loaders in ``torch.distributed.checkpoint``: ``PerRankLoaderState`` and
 ``ReshardingLoadPlanner`` (``neuron_sift.integrations.distributed_checkpoint``, imported on first use).
 Lightning's resume from a checkpoint: ``neuron_sift.integrations.lightning_checkpoint.SiftingResume``.

@@ -110,7 +110,7 @@ class EpochSiftConfig:
     their tables once per epoch and plan exactly (one sort of all scores). ``"sharded"``: rank
     ``r`` of ``W`` owns the samples at positions ``r, r + W, ...`` of the sampler's samples,
     holds only their scores, trains only them, and plans its own equal share of each epoch
-    from a merged summary of every rank's scores (``neuron_sift/epoch/scores/sharded.py``: memory
+    from a merged summary of every rank's scores (``neuron_sift/epoch/planning/sharded_planner.py``: memory
     ``O(N / W)`` per rank, collectives independent of ``N``, percentiles within the summary's
     stated rank error). For datasets too large to hold one float per sample on every rank.
 

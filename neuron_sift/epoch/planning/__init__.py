@@ -1,1 +1,1 @@
-"""Which samples each epoch trains, on which rank and in what order, and every count that follows."""
+"""Which samples each epoch trains, on which rank and in what order (both planners), and every count that follows."""

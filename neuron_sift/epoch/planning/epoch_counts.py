@@ -2,8 +2,9 @@
 
 The one source of ``len()``, ``planned_steps()`` and the integrations' schedule lengths, kept
 apart from the drawing of plans (``planner.py``) so both stay readable; a mixin because every
-count reads the same settings the plans are drawn with, and a sharded table's planner
-(``scores/sharded.py``) overrides only what it counts differently.
+count reads the same settings the plans are drawn with (the run's ``PlanSettings``, read
+through, never copied), and a sharded table's planner (``sharded_planner.py``) overrides
+only what it counts differently.
 """
 
 import math
@@ -11,23 +12,70 @@ import math
 import numpy as np
 import torch
 
+from neuron_sift.epoch.planning.plan import PlanSettings
 from neuron_sift.epoch.selection.policies import EpochPolicy
 from neuron_sift.shared.validation import positive_int
 from neuron_sift.sift_config.epoch_config import EpochSiftConfig
 
 
 class EpochCounts:
-    """Counts of an ``EpochPlanner`` (the attributes below are its settings)."""
+    """Counts of an ``EpochPlanner``, and its settings: each read through the run's
+    ``plan_settings`` (``plan.PlanSettings``), the policy's entry built from its config."""
 
-    config: EpochSiftConfig
+    plan_settings: PlanSettings
     policy: EpochPolicy
-    support: np.ndarray | None
-    m: int
-    batch_size: int
-    drop_last: bool
-    num_epochs: int | None
-    world_size: int
-    reference: str | None
+
+    # -- the run's settings ----------------------------------------------------------------
+
+    @property
+    def config(self) -> EpochSiftConfig:
+        return self.plan_settings.config
+
+    @property
+    def n(self) -> int:
+        """Samples of the dataset (every table and plan speaks its ids)."""
+        return self.plan_settings.n
+
+    @property
+    def support(self) -> np.ndarray | None:
+        """The sorted dataset ids the user's sampler yields (None: all ``n``)."""
+        return self.plan_settings.support
+
+    @property
+    def m(self) -> int:
+        """Samples of the support: every count is of these."""
+        support = self.plan_settings.support
+        return self.plan_settings.n if support is None else int(support.shape[0])
+
+    @property
+    def ordered(self) -> bool:
+        return self.plan_settings.ordered
+
+    @property
+    def batch_size(self) -> int:
+        return self.plan_settings.batch_size
+
+    @property
+    def drop_last(self) -> bool:
+        return self.plan_settings.drop_last
+
+    @property
+    def num_epochs(self) -> int | None:
+        return self.plan_settings.num_epochs
+
+    @property
+    def world_size(self) -> int:
+        return self.plan_settings.world_size
+
+    @property
+    def rank(self) -> int:
+        return self.plan_settings.rank
+
+    @property
+    def reference(self) -> str | None:
+        return self.plan_settings.reference
+
+    # -- the support -----------------------------------------------------------------------
 
     def _local(self, values: np.ndarray) -> np.ndarray:
         """``[N]`` values restricted to the support, in its order (``values`` itself for all)."""

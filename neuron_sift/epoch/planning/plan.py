@@ -5,7 +5,7 @@ tables, the checkpoint, the resume at another world size), and the settings are 
 score-table registry builds each planner from; neither depends on how a plan is drawn.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -44,6 +44,10 @@ class PlanSettings:
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank must be in [0, {self.world_size}), got {self.rank}")
 
+    def as_rank(self, world_size: int, rank: int) -> "PlanSettings":
+        """These settings as rank ``rank`` of the same run at ``world_size`` has them."""
+        return replace(self, world_size=world_size, rank=rank)
+
 
 def full_kind(kind: str, hold: bool) -> str:
     """The kind of a plan that trains every sample: its epoch's own (warm-up, annealing), or,
@@ -72,13 +76,14 @@ class EpochPlan:
     sample (``1 / pi`` for sifted epochs, 1 otherwise); ``inclusion``: ``[N]`` float32
     ``pi`` (1 in full epochs).
 
-    Under a sharded score table (``scores/sharded.py``) a plan is one rank's: ``order`` holds only
-    this rank's kept ids, ``weights`` is indexed by this rank's slots (``scores/ownership.py``) and
+    Under a sharded score table (``sharded_planner.py``) a plan is one rank's: ``order`` holds only
+    this rank's kept ids, ``weights`` is indexed by this rank's slots (``ownership.py``) and
     ``inclusion`` is None (the weights are ``1 / pi``; one array less per owned sample).
 
-    A plan resumed at another world size (``epoch/reshard.py``) also names the world size
-    ``order`` was shared out for (``world_size``) and the ids some rank trained before the
-    resume (``done``); the ranks then share out the rest (``EpochPlanner.rank_batches_of``).
+    A plan resumed at another world size (``resuming/replicated_reshard.py``,
+    ``resuming/sharded_reshard.py``) also names the world size ``order`` was shared out for
+    (``world_size``) and the ids some rank trained before the resume (``done``); the ranks
+    then share out the rest (``EpochPlanner.rank_batches_of``).
     Both are None for a plan trained at the world size it was made for."""
 
     epoch: int

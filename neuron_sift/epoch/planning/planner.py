@@ -32,11 +32,11 @@ from neuron_sift.epoch.planning.dealing import deal_rest
 from neuron_sift.epoch.planning.epoch_counts import EpochCounts
 from neuron_sift.epoch.planning.plan import EpochPlan, PlanSettings, TrainedCounts, full_kind
 from neuron_sift.epoch.planning.planner_state import check_planner_state
+from neuron_sift.epoch.planning.run_identity import RunIdentity
 from neuron_sift.epoch.selection.draws import epoch_seed, systematic_sample
 from neuron_sift.epoch.selection.guard import guard_would_exclude_all, quantile_of_table
 from neuron_sift.epoch.selection.policies import epoch_policy
 from neuron_sift.epoch.selection.policy import loss_weights, percentile_of_all, scale_to_count
-from neuron_sift.epoch.user_data.sampling import support_checksum
 from neuron_sift.shared.state_checks import invalid, need_distinct
 
 
@@ -51,28 +51,26 @@ class EpochPlanner(EpochCounts):
     """
 
     def __init__(self, settings: PlanSettings) -> None:
-        self.plan_settings = settings  # what the registry built it from (a rank of another world: ``as_rank``)
-        self.config = settings.config
+        self.plan_settings = settings  # what the registry built it from, read through (``EpochCounts``)
         self.policy = epoch_policy(settings.config)  # the policy's entry: its priorities and expected share
-        self.n = settings.n
-        self.support = settings.support
-        self.m = settings.n if settings.support is None else int(settings.support.shape[0])  # every count is of these
-        self.ordered = settings.ordered
-        self.support_crc32 = support_checksum(settings.support)  # computed once: every checkpoint names it
-        self.batch_size = settings.batch_size
-        self.drop_last = settings.drop_last
-        self.seed = settings.seed
-        self.num_epochs = settings.num_epochs
-        self.world_size = settings.world_size
-        self.rank = settings.rank
-        self.reference = settings.reference
+        self.identity = RunIdentity.of(settings)  # what every checkpoint names (the support's checksum once)
 
     plans_own_share = False  # a plan holds every rank's samples (a sharded table's holds one rank's)
+
+    @property
+    def seed(self) -> int:
+        """The seed of every plan's order and draws (a checkpoint's, once loaded)."""
+        return self.plan_settings.seed
+
+    @seed.setter
+    def seed(self, seed: int) -> None:
+        self.plan_settings = replace(self.plan_settings, seed=seed)
+        self.identity = replace(self.identity, seed=seed)
 
     def as_rank(self, world_size: int, rank: int) -> "EpochPlanner":
         """This planner as rank ``rank`` of a run at ``world_size`` saw it (the resume at
         another world size reads each old rank's plan with it)."""
-        return type(self)(replace(self.plan_settings, world_size=world_size, rank=rank, seed=self.seed))
+        return type(self)(self.plan_settings.as_rank(world_size, rank))
 
     def trained_ids(self, plan: EpochPlan) -> torch.Tensor:
         """The ids of ``plan`` that some rank actually trains: ``drop_last`` leaves each rank's
@@ -144,40 +142,65 @@ class EpochPlanner(EpochCounts):
 
     # -- checkpoints -----------------------------------------------------------------------
 
-    def settings(self) -> dict[str, Any]:
-        """What a checkpoint must agree on: another dataset size, support (the samples the
-        user's sampler yields), batch size, rank layout or policy would make its plan and
-        scores mean something else. The support is named only when it is not the whole
-        dataset, so states of runs over all samples (and older states) keep their layout."""
-        settings: dict[str, Any] = {
-            "n": self.n,
-            "batch_size": self.batch_size,
-            "world_size": self.world_size,
-            "rank": self.rank,
-            "policy": self.config.policy,
-            "kept_share": self.config.kept_share,
-            "max_pruned_share": self.config.max_pruned_share,  # states without it had none
-            "reference": self.reference,  # the reference table's identity; states without it had none
-        }
-        if self.support is not None:
-            settings["support_size"] = self.m
-            settings["support_crc32"] = self.support_crc32
-        return settings
-
     def state_dict(self) -> dict[str, Any]:
-        """The seed (every later plan follows from it) and the settings it is only valid with."""
-        return {"seed": self.seed, **self.settings()}
+        """The run's identity (``run_identity.py``): the seed (every later plan follows from it)
+        and what a checkpoint must agree on: another dataset size, support (the samples the
+        user's sampler yields), batch size, rank layout, policy or table would make its plan
+        and scores mean something else."""
+        return self.identity.as_dict()
 
     def check_state(self, state: dict[str, Any]) -> None:
         """Refuse a state of another rank layout or setup before anything is loaded
         (``planning/planner_state.py``)."""
-        check_planner_state(self, state)
+        check_planner_state(self.identity, state)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.check_state(state)
         self.seed = int(state["seed"])
 
-    # -- planning --------------------------------------------------------------------------
+    # -- planning: one sequence under either table ------------------------------------------
+
+    def plan(
+        self, epoch: int, scores: torch.Tensor, excluded: torch.Tensor | None = None, hold: bool = False
+    ) -> EpochPlan:
+        """The plan of epoch ``epoch`` (0-based) from ``scores`` (this rank's table: ``[N]`` CPU
+        here, NaN = unscored), the guard's ``excluded`` entries (bool, or None) and the start
+        rule's ``hold`` (a sifted epoch that trains every sample: kind ``held``).
+
+        One sequence under either table: the noise guard's samples left out (unless some rank
+        would then keep none), the count, the priorities scaled to it, the draw, the weights.
+        What a sharded table's planner does otherwise is in the hooks below (``_``-named):
+        which entries it draws from and in what seeded order, priorities from the ranks'
+        merged summary, counts over the ranks, its own share of the draw."""
+        rng, order = self._seeded_order(epoch)
+        kind = self.kind(epoch)
+        values = self._local(scores.detach().cpu().to(torch.float32).numpy())
+        p = None if kind != "sift" or hold else self._keep_priorities(values)
+        if p is None:
+            return self._full_plan(epoch, full_kind(kind, hold), order)
+        unscored = np.isnan(values)
+        left_out, keepable = 0, -1
+        if excluded is not None and self.config.noise_guard_epochs > 0:
+            out = self._local(excluded.cpu().numpy()) & ~unscored
+            guarded = np.where(out, np.float32(0.0), p)
+            keepable = self._keepable(int((guarded > 0).sum()))
+            if keepable > 0:
+                p, left_out = guarded, int(out.sum())
+            else:  # the same decision on every rank: they all read the same count
+                guard_would_exclude_all(epoch, int(out.sum()))
+        if keepable <= 0:
+            keepable = self._keepable(int((p > 0).sum()))
+        sums = torch.tensor([float(p.sum(dtype=np.float64)), float(left_out)], dtype=torch.float64)
+        totals = self.sum_over_ranks(sums)  # the priorities' sum and the samples left out, of every rank
+        k = self.budget_count(epoch) if self.config.has_budget else self.free_count(float(totals[0]))
+        share = self._share(min(k, self._whole(keepable)))
+        pi = scale_to_count(p, float(share), unscored)
+        kept = systematic_sample(pi, order, share, float(rng.random()))
+        pi = self._global(pi, 0.0)
+        weights = loss_weights(torch.from_numpy(pi), self.config.max_weight)
+        return self._sifted_plan(epoch, kept, weights, pi, int(totals[1]))
+
+    # -- the hooks: this plan holds every rank's samples -----------------------------------
 
     def _global(self, local: np.ndarray, fill: float) -> np.ndarray:
         """``[M]`` per-support values placed at their dataset ids, ``fill`` elsewhere."""
@@ -194,39 +217,41 @@ class EpochPlanner(EpochCounts):
             ids = np.sort(ids)
         return torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64))
 
-    def plan(
-        self, epoch: int, scores: torch.Tensor, excluded: torch.Tensor | None = None, hold: bool = False
-    ) -> EpochPlan:
-        """The plan of epoch ``epoch`` (0-based) from ``scores`` (``[N]`` CPU, NaN = unscored),
-        the guard's ``excluded`` samples (``[N]`` bool, or None) and the start rule's ``hold``
-        (a sifted epoch that trains every sample: kind ``held``)."""
+    def _seeded_order(self, epoch: int) -> tuple[np.random.Generator, np.ndarray]:
+        """The epoch's generator and the random order of the support's positions, its first
+        draw (the same on every rank)."""
         rng = np.random.Generator(np.random.PCG64(epoch_seed(self.seed, epoch)))
-        perm = rng.permutation(self.m)  # positions in the support
-        kind = self.kind(epoch)
-        values = self._local(scores.detach().cpu().to(torch.float32).numpy())
-        unscored = np.isnan(values)
-        if kind != "sift" or bool(unscored.all()) or hold:
-            k = self._whole(self.m)
-            ones = torch.ones(self.n, dtype=torch.float32)
-            inclusion = torch.from_numpy(self._global(np.ones(self.m, dtype=np.float32), 0.0))
-            return EpochPlan(epoch, full_kind(kind, hold), self._ids(perm[:k]), ones, inclusion)
-        p = self._priorities(scores)
-        n_excluded = 0
-        if excluded is not None and self.config.noise_guard_epochs > 0:
-            out = self._local(excluded.cpu().numpy()) & ~unscored
-            guarded = np.where(out, np.float32(0.0), p)
-            if (guarded > 0).any():
-                p, n_excluded = guarded, int(out.sum())
-            else:
-                guard_would_exclude_all(epoch, int(out.sum()))
-        k = self.budget_count(epoch) if self.config.has_budget else self.free_count(float(p.sum(dtype=np.float64)))
-        k = min(k, self._whole(int((p > 0).sum())))
-        pi = self._global(scale_to_count(p, float(k), unscored), 0.0)
-        local_order = systematic_sample(self._local(pi), perm, k, float(rng.random()))
-        weights = loss_weights(torch.from_numpy(pi), self.config.max_weight)
-        return EpochPlan(
-            epoch, "sift", self._ids(local_order), weights, torch.from_numpy(pi.astype(np.float32)), n_excluded
-        )
+        return rng, rng.permutation(self.m)
+
+    def _keep_priorities(self, values: np.ndarray) -> np.ndarray | None:
+        """The policy's keep priorities of the support's samples from their scores ``values``,
+        or None when none is scored (the epoch then trains every sample)."""
+        if bool(np.isnan(values).all()):
+            return None
+        return self.policy.priorities(values)
+
+    def _keepable(self, count: int) -> int:
+        """The most samples the ranks can keep, ``count`` being this table's with a positive
+        priority: this table holds every rank's."""
+        return count
+
+    def _share(self, k: int) -> int:
+        """The samples this plan draws of the epoch's ``k``: all of them (every rank's)."""
+        return k
+
+    def _full_plan(self, epoch: int, kind: str, order: np.ndarray) -> EpochPlan:
+        """A plan of kind ``kind`` training every sample, in ``order``: weights and inclusion 1."""
+        k = self._whole(self.m)
+        ones = torch.ones(self.n, dtype=torch.float32)
+        inclusion = torch.from_numpy(self._global(np.ones(self.m, dtype=np.float32), 0.0))
+        return EpochPlan(epoch, kind, self._ids(order[:k]), ones, inclusion)
+
+    def _sifted_plan(
+        self, epoch: int, kept: np.ndarray, weights: torch.Tensor, pi: np.ndarray, excluded: int
+    ) -> EpochPlan:
+        """The sifted plan of the ``kept`` positions in training order, with the samples'
+        ``weights`` and inclusion probabilities ``pi`` (``[N]``)."""
+        return EpochPlan(epoch, "sift", self._ids(kept), weights, torch.from_numpy(pi.astype(np.float32)), excluded)
 
     def rank_batches_of(self, plan: EpochPlan) -> list[np.ndarray]:
         """This rank's batches of ``plan``: every ``world_size``-th id from ``rank``, cut into

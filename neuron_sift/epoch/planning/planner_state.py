@@ -1,5 +1,5 @@
 """The planner's state check: a checkpoint of another rank layout or setup is refused before
-anything is loaded, naming the setting.
+anything is loaded, naming the setting (the state is the run's identity: ``run_identity.py``).
 
 Why the rank layout first, and pointing to ``load_state_dict_from_ranks``: a user who
 resumes a data-parallel run on another number of ranks reaches for ``load_state_dict``
@@ -8,34 +8,35 @@ with one rank's state; the message says where such a state goes instead. Kept ap
 imports, imports nothing of theirs.
 """
 
+from dataclasses import asdict
 from typing import Any
 
+from neuron_sift.epoch.planning.run_identity import REQUIRED, SUPPORT, RunIdentity, stated
 from neuron_sift.shared.logs import MASK63
 from neuron_sift.shared.state_checks import need_int, need_mapping
 
-PLANNER_KEYS = ("seed", "n", "batch_size", "world_size", "rank", "policy", "kept_share")
 
-
-def check_planner_state(planner: Any, state: Any) -> None:
-    """Refuse a planner state (``EpochPlanner.state_dict()``) that ``planner`` cannot load: of
-    another rank layout or setup (a state without a support was taken over all samples)."""
-    need_mapping(state, "planner", PLANNER_KEYS)
+def check_planner_state(identity: RunIdentity, state: Any) -> None:
+    """Refuse a planner state (``EpochPlanner.state_dict()``) that the planner of the run
+    ``identity`` cannot load: of another rank layout or setup (a state without a support was
+    taken over all samples). Its seed is any non-negative int64: the planner takes it."""
+    need_mapping(state, "planner", REQUIRED)
     world = need_int(state["world_size"], "planner.world_size", 1)
     rank = need_int(state["rank"], "planner.rank", 0)
-    if (world, rank) != (planner.world_size, planner.rank):
+    if (world, rank) != (identity.world_size, identity.rank):
         raise ValueError(
-            f"checkpoint has world_size={world}, rank={rank} but this loader has world_size={planner.world_size}, "
-            f"rank={planner.rank}: load_state_dict() loads each rank's own state at the world size it was taken "
+            f"checkpoint has world_size={world}, rank={rank} but this loader has world_size={identity.world_size}, "
+            f"rank={identity.rank}: load_state_dict() loads each rank's own state at the world size it was taken "
             "at; to resume at another world size (or from another rank's state), pass every rank's state_dict() "
             "of the run to load_state_dict_from_ranks(states)"
         )
     need_int(state["seed"], "planner.seed", 0, MASK63, "a non-negative int64")
-    for key, mine in {**planner.settings(), "score_table": planner.config.score_table}.items():
-        theirs = state.get(key, "replicated") if key == "score_table" else state.get(key)
-        if key not in ("support_size", "support_crc32") and theirs != mine:
+    for key, mine in asdict(identity).items():
+        theirs = stated(state, key)
+        if key != "seed" and key not in SUPPORT and theirs != mine:
             raise ValueError(f"checkpoint has {key}={theirs!r} but this loader has {mine!r}")
     theirs = (state.get("support_size", state["n"]), state.get("support_crc32"))
-    mine = (planner.m, planner.support_crc32)
+    mine = (identity.n if identity.support_size is None else identity.support_size, identity.support_crc32)
     if theirs != mine:
         raise ValueError(
             f"checkpoint was taken with a sampler over {theirs[0]} samples "

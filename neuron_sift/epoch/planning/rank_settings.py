@@ -16,7 +16,8 @@ import hashlib
 
 import torch
 
-from neuron_sift.epoch.user_data.sampling import Sampling, support_checksum
+from neuron_sift.epoch.planning.plan import PlanSettings
+from neuron_sift.epoch.user_data.sampling import support_checksum
 from neuron_sift.shared.logs import seed63
 from neuron_sift.shared.ranks import RankGroup
 from neuron_sift.shared.same_settings import Setting, check_same_settings
@@ -49,40 +50,33 @@ def plan_seed(config: EpochSiftConfig, generator_seed: int | None) -> int:
     return seed63(generator_seed if generator_seed is not None else torch.initial_seed())
 
 
-def settings_to_agree(
-    config: EpochSiftConfig,
-    n: int,
-    batch_size: int,
-    drop_last: bool,
-    seed: int,
-    num_epochs: int | None,
-    sampling: Sampling,
-    reference: str | None = None,
-) -> list[Setting]:
-    """Every setting a plan depends on, by the name the user gives it: the dataset's length,
-    the batching, the seed used, ``num_epochs``, each field of the config (its ``seed`` is
-    the seed used), the sampler's samples and order, and the reference table's identity."""
+def settings_to_agree(run: PlanSettings) -> list[Setting]:
+    """Every setting of ``run`` a plan depends on, by the name the user gives it: the
+    dataset's length, the batching, the seed used, ``num_epochs``, each field of the config
+    (its ``seed`` is the seed used), the sampler's samples and order, and the reference
+    table's identity (all but the rank layout, which is each rank's own)."""
+    config, support = run.config, run.support
     fields = [
         Setting(f.name, getattr(config, f.name), _CHOICES.get(f.name, ()))
         for f in dataclasses.fields(config)
         if f.name != "seed"
     ]
-    crc = support_checksum(sampling.support)
+    crc = support_checksum(support)
     return [
-        Setting("dataset length", n),
-        Setting("batch_size", batch_size),
-        Setting("drop_last", drop_last),
-        Setting("seed", seed, hint=SEED_HINT),
-        Setting("num_epochs", num_epochs),
+        Setting("dataset length", run.n),
+        Setting("batch_size", run.batch_size),
+        Setting("drop_last", run.drop_last),
+        Setting("seed", run.seed, hint=SEED_HINT),
+        Setting("num_epochs", run.num_epochs),
         *fields,
         Setting("sampler's samples (CRC-32 of their ids; None: all)", crc, hint=SAMPLER_HINT),
         Setting(
             "sampler's sample count (None: all)",
-            None if sampling.support is None else sampling.size(n),
+            None if support is None else int(support.shape[0]),
             hint=SAMPLER_HINT,
         ),
-        Setting("sampler's order (True: dataset order)", sampling.ordered, hint=SAMPLER_HINT),
-        Setting("reference table (a digest of its identity; None: none)", _digest(reference)),
+        Setting("sampler's order (True: dataset order)", run.ordered, hint=SAMPLER_HINT),
+        Setting("reference table (a digest of its identity; None: none)", _digest(run.reference)),
     ]
 
 
@@ -93,8 +87,10 @@ def _digest(text: str | None) -> int | None:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little", signed=True)
 
 
-def check_same_on_every_rank(settings: list[Setting], ranks: RankGroup) -> None:
-    """Refuse, on every rank, settings that differ between ranks (one all-gather of
-    ``16 * len(settings)`` bytes per rank under data parallelism, on every rank whatever its
-    settings)."""
-    check_same_settings(settings, ranks, "EpochSiftingDataloader", ADVICE)
+def agreed_settings(run: PlanSettings, ranks: RankGroup) -> PlanSettings:
+    """``run`` (the run's settings, before any rank takes its place in them) as this rank's,
+    once checked to be the same on every rank: refused on every rank where they differ (one
+    all-gather of ``16 * len(settings_to_agree(run))`` bytes per rank under data parallelism,
+    on every rank whatever its settings), before any rank could refuse its own place alone."""
+    check_same_settings(settings_to_agree(run), ranks, "EpochSiftingDataloader", ADVICE)
+    return run.as_rank(ranks.world_size, ranks.rank)

@@ -1,6 +1,6 @@
 """Every rank's checkpoint of a run read as one run at one step: the checks shared by the
-exact resume at the run's own world size and the resume at another (``reshard.py`` for a
-replicated table, ``sharded_reshard.py`` for a sharded one), and the state both build.
+exact resume at the run's own world size and the resume at another (``replicated_reshard.py``
+for a replicated table, ``sharded_reshard.py`` for a sharded one), and the state both build.
 
 Why the same checks on both paths: states of different runs, epochs or steps would train
 samples twice or leave some out, at any world size; a rank refuses them before any part
@@ -13,20 +13,9 @@ from typing import Any
 import torch
 
 from neuron_sift.epoch.planning.planner import EpochPlanner
+from neuron_sift.epoch.planning.run_identity import RUN_WIDE
 from neuron_sift.epoch.resuming.state_layout import FORMAT, SharesCheck, check_state
 from neuron_sift.shared.state_checks import need_int, need_mapping
-
-_RUN_SETTINGS = (
-    "seed",
-    "n",
-    "batch_size",
-    "policy",
-    "kept_share",
-    "max_pruned_share",
-    "support_size",
-    "support_crc32",
-    "score_table",
-)
 
 
 def read_run(states: Sequence[dict[str, Any]], verify: bool = True) -> list[dict[str, Any]]:
@@ -50,7 +39,7 @@ def read_run(states: Sequence[dict[str, Any]], verify: bool = True) -> list[dict
     read.sort(key=lambda s: int(s["planner"]["rank"]))
     first = read[0]["planner"]
     for r, s in enumerate(read[1:], start=1):
-        for key in _RUN_SETTINGS:
+        for key in RUN_WIDE:
             if s["planner"].get(key) != first.get(key):
                 raise ValueError(
                     f"the states are of different runs: {key} differs between ranks "
@@ -129,7 +118,7 @@ def check_each(read: list[dict[str, Any]], planner: EpochPlanner, shares: Shares
 def own_state(states: Sequence[dict[str, Any]], planner: EpochPlanner) -> dict[str, Any] | None:
     """This rank's own state (as given) when ``states`` are every rank's of a run at
     ``planner``'s world size, checked to be taken at one step; None when they are of another
-    world size (``reshard`` resumes them). Only the fields compared are read here (no
+    world size (the score table's ``resume`` resumes them). Only the fields compared are read here (no
     checksum: each rank verifies its own state when it loads it)."""
     if len(states) != planner.world_size:
         return None

@@ -3,7 +3,7 @@ dealt out.
 
 Why from the states alone: each rank's state of a sharded run holds the scores (and the
 noise guard's streaks) of the samples it owns, its own plan and its position in it, and
-ownership is a function of (sample position, world size, rank) (``scores/ownership.py``). So a
+ownership is a function of (sample position, world size, rank) (``planning/ownership.py``). So a
 new rank takes, from every old rank's shard, the entries of the samples it owns at the new
 world size; the ids trained so far in the epoch in progress are each old rank's first
 ``position`` batches, and the rest of every old rank's plan is dealt out to the new ranks
@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from neuron_sift.epoch.planning.plan import EpochPlan
+from neuron_sift.epoch.planning.sharded_planner import ShardedPlanner
 from neuron_sift.epoch.resuming.run_states import resumed_state
-from neuron_sift.epoch.scores.sharded import ShardedPlanner
 
 
 def _old_rank(planner: ShardedPlanner, world: int, rank: int, plan: EpochPlan | None) -> ShardedPlanner:

@@ -6,8 +6,9 @@ Version 3 (current)::
     {"version": 3, "kind": "EpochSiftingDataloader",
      "in_progress": bool,          # a copy of progress["in_progress"], for tools and scripts
      "planner":  {"seed", "n", "batch_size", "world_size", "rank", "policy", "kept_share",
-                  and "support_size", "support_crc32" when the user's sampler covers part of
-                  the dataset (absent: every sample)},
+                  "max_pruned_share", "reference", and "support_size", "support_crc32" when
+                  the user's sampler covers part of the dataset (absent: every sample),
+                  "score_table" when not "replicated"},  # planning/run_identity.py
      "progress": {"epochs_started", "in_progress", "position",
                   "plan": None or {"epoch", "kind", "order", "weights", "inclusion", "excluded"}},
      "tables":   {"scores", "nonfinite"},

@@ -1,1 +1,1 @@
-"""The score tables: where each sample's score lives, how the ranks share them, and the sharded layout."""
+"""This rank's score and weight tensors (``tables.py``) and what it shares of them with the other ranks."""

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from neuron_sift.epoch.planning.plan import EpochPlan
-from neuron_sift.epoch.scores.sharded import ShardedPlanner
+from neuron_sift.epoch.planning.sharded_planner import ShardedPlanner
 from neuron_sift.epoch.scores.tables import ScoreTables
 from neuron_sift.shared.state_checks import invalid, need_mapping
 

@@ -1,5 +1,8 @@
-"""The score and weight tables, where the losses live: host arrays where the backend keeps
-state on the host (a CPU model), device tensors otherwise (XLA, CUDA).
+"""This rank's score and weight tensors, where the losses live: host arrays where the backend
+keeps state on the host (a CPU model), device tensors otherwise (XLA, CUDA). One class under
+either kind of score table (the kinds and what each builds: the registry, ``score_table.py``):
+a kind decides how many entries this rank holds and what they index (its planner's
+``table_size`` and ``slots``).
 
 Why two homes: on a device, reading a loss back each step would stall the training loop,
 so each step is one static-shape scatter of the batch's losses into the score table

@@ -13,10 +13,10 @@ from torch.utils.data import DataLoader
 from neuron_sift import EpochSiftConfig, EpochSiftingDataloader
 from neuron_sift.epoch.planning.plan import PlanSettings
 from neuron_sift.epoch.planning.planner import EpochPlanner
+from neuron_sift.epoch.planning.sharded_planner import ShardedPlanner
 from neuron_sift.epoch.score_table import SCORE_TABLE_REGISTRY, score_table
 from neuron_sift.epoch.scores.owned_shares import OwnedShares
 from neuron_sift.epoch.scores.rank_shares import RankShares
-from neuron_sift.epoch.scores.sharded import ShardedPlanner
 from neuron_sift.shared.ranks import RankGroup
 from neuron_sift.sift_config.epoch_config import SCORE_TABLES
 from tests.neuron_sift.epoch.helpers import IdDataset

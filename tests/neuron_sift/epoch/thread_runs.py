@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from neuron_sift import EpochSiftingDataloader
-from neuron_sift.epoch.scores.sharded import ShardedPlanner
+from neuron_sift.epoch.planning.sharded_planner import ShardedPlanner
 from tests.helpers.state_roundtrip import roundtrip
 from tests.neuron_sift.epoch.helpers import PRUNE_FROM_THE_START, IdDataset, ids_of
 from tests.neuron_sift.epoch.thread_ranks import ThreadWorld

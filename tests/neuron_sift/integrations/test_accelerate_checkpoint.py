@@ -13,8 +13,8 @@ import json
 
 import pytest
 
+from tests.neuron_sift.integrations.hf_trainer.trainer_harness import run_python
 from tests.neuron_sift.integrations.readme_examples import example
-from tests.neuron_sift.integrations.trainer_harness import run_python
 
 MODES = ("sifting", "epoch")
 

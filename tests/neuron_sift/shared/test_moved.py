@@ -18,16 +18,25 @@ import neuron_sift
 from neuron_sift.dataloader.sifting_pass import SiftingPass
 from neuron_sift.shared import moved
 
+HF = "neuron_sift.integrations.hf_trainer."  # the Hugging Face Trainer's room
 # (old path, new path, a name read through it, the release that removes the old path)
 SHIMS = [
     ("neuron_sift.epoch.planner", "neuron_sift.epoch.planning.planner", "EpochPlanner", "0.9.0"),
     ("neuron_sift.epoch.quantiles", "neuron_sift.epoch.selection.quantiles", "ScoreSummary", "0.9.0"),
-    ("neuron_sift.epoch.sharded", "neuron_sift.epoch.scores.sharded", "ShardedPlanner", "0.9.0"),
+    ("neuron_sift.epoch.sharded", "neuron_sift.epoch.planning.sharded_planner", "ShardedPlanner", "0.9.0"),
+    ("neuron_sift.epoch.scores.sharded", "neuron_sift.epoch.planning.sharded_planner", "ShardedPlanner", "0.10.0"),
+    ("neuron_sift.epoch.scores.ownership", "neuron_sift.epoch.planning.ownership", "Ownership", "0.10.0"),
+    ("neuron_sift.epoch.resuming.reshard", "neuron_sift.epoch.resuming.replicated_reshard", "reshard", "0.10.0"),
     ("neuron_sift.dataloader.epoch_iterator", "neuron_sift.dataloader.sifting_pass", "SourceReader", "0.9.0"),
     ("neuron_sift.dataloader.counts", "neuron_sift.dataloader.sifting_counts", "SiftingCounts", "0.9.0"),
     ("neuron_sift.dataloader.checkpoint", "neuron_sift.dataloader.loader_checkpoint", "loader_state", "0.9.0"),
     ("neuron_sift.dataloader.planning", "neuron_sift.dataloader.batch_counts", "plan_epochs", "0.9.0"),
     ("neuron_sift.dataloader.scoring", "neuron_sift.scoring.forward", "scoring_mode", "0.10.0"),
+    ("neuron_sift.integrations.trainer_checkpoint", HF + "checkpoint", "TrainerCheckpoints", "0.10.0"),
+    ("neuron_sift.integrations.trainer_optimizer", HF + "optimizer", "check_trainer_optimizer", "0.10.0"),
+    ("neuron_sift.integrations.trainer_patch", HF + "patch", "HookSet", "0.10.0"),
+    ("neuron_sift.integrations.trainer_ranks", HF + "ranks", "TrainerWorld", "0.10.0"),
+    ("neuron_sift.integrations.epoch_run_length", HF + "run_length", "planned_epochs", "0.10.0"),
 ]
 IDS = [old for old, *_ in SHIMS]
 

@@ -11,7 +11,7 @@ import torch
 from neuron_sift import EpochSiftConfig
 from neuron_sift.epoch.planning.plan import PlanSettings
 from neuron_sift.epoch.planning.planner import EpochPlanner
-from neuron_sift.epoch.scores.sharded import ShardedPlanner
+from neuron_sift.epoch.planning.sharded_planner import ShardedPlanner
 from tests.neuron_sift.epoch.thread_ranks import run_ranks
 
 EPOCHS = 8  # epoch 0 warms up, epoch 7 anneals, 1 to 6 are sifted epochs without scores: all full

@@ -11,8 +11,8 @@ import torch
 
 from neuron_sift import EpochSiftConfig
 from neuron_sift.epoch.planning.plan import EpochPlan, PlanSettings
+from neuron_sift.epoch.planning.sharded_planner import ShardedPlanner
 from neuron_sift.epoch.scores.owned_shares import OwnedShares
-from neuron_sift.epoch.scores.sharded import ShardedPlanner
 from neuron_sift.epoch.scores.tables import ScoreTables
 from neuron_sift.shared.ranks import RankGroup
 from tests.neuron_sift.epoch.thread_ranks import run_ranks

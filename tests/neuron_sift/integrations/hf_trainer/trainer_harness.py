@@ -18,11 +18,11 @@ import torch
 from torch.utils.data import Dataset
 
 from neuron_sift import Loss, RelativeProbabilisticSiftConfig, SiftingDataloader
+from neuron_sift.integrations.hf_trainer.patch import original
 from neuron_sift.integrations.schedules import planned_steps
 from neuron_sift.integrations.trainer import TrainerSource
-from neuron_sift.integrations.trainer_patch import original
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 BATCH = 8
 
 
@@ -38,7 +38,7 @@ def run_python(args, env_extra, cwd=ROOT, timeout=600):
 def scenarios(mode, which):
     """Run the scenario set ``which`` (cpu, xla, resume) of ``mode`` (sifting, epoch, switch)."""
     env = {"USE_TORCH_XLA": "1" if which == "xla" else "0", "PJRT_DEVICE": "CPU"}
-    out = run_python(["-m", "tests.neuron_sift.integrations.trainer_scenarios", mode, which], env)
+    out = run_python(["-m", "tests.neuron_sift.integrations.hf_trainer.trainer_scenarios", mode, which], env)
     (line,) = [x for x in out.splitlines() if x.startswith("RESULTS ")]
     return json.loads(line[len("RESULTS ") :])
 

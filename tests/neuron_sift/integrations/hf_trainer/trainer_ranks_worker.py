@@ -1,5 +1,5 @@
 """One rank of Hugging Face Trainer runs under ``torchrun`` on CPU (gloo), launched by
-test_trainer_ranks.py with ``USE_TORCH_XLA=0`` and no visible CUDA device.
+test_ranks.py with ``USE_TORCH_XLA=0`` and no visible CUDA device.
 
 Two situations a user meets with ``torchrun --nproc-per-node 2``:
 
@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from neuron_sift.integrations.epoch_trainer import enable_epoch_sifting
 from neuron_sift.integrations.trainer import enable_sifting
-from tests.neuron_sift.integrations.trainer_harness import (
+from tests.neuron_sift.integrations.hf_trainer.trainer_harness import (
     SiftBertLoss,
     TinyTextClassifier,
     ToyTextDataset,

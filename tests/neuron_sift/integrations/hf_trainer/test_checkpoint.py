@@ -20,8 +20,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from neuron_sift import EpochSiftingDataloader
-from neuron_sift.integrations.schedules import ExactLengthLoader
-from neuron_sift.integrations.trainer_checkpoint import (
+from neuron_sift.integrations.hf_trainer.checkpoint import (
     RESUMED,
     TrainerCheckpoints,
     load_state,
@@ -29,8 +28,9 @@ from neuron_sift.integrations.trainer_checkpoint import (
     skip_stream,
     state_file,
 )
+from neuron_sift.integrations.schedules import ExactLengthLoader
+from tests.neuron_sift.integrations.hf_trainer.trainer_harness import run_python
 from tests.neuron_sift.integrations.readme_examples import example
-from tests.neuron_sift.integrations.trainer_harness import run_python
 
 MODES = ("sifting", "epoch_sifting")
 CALLS = {"sifting": "enable_sifting", "epoch_sifting": "enable_epoch_sifting"}
@@ -42,7 +42,7 @@ RUNS = CPU_RUNS + XLA_RUNS
 @functools.cache
 def resumed_runs(mode, device):
     env = {"USE_TORCH_XLA": "1" if device == "xla" else "0", "PJRT_DEVICE": "CPU"}
-    out = run_python(["-m", "tests.neuron_sift.integrations.trainer_resume_scenarios", mode, device], env)
+    out = run_python(["-m", "tests.neuron_sift.integrations.hf_trainer.trainer_resume_scenarios", mode, device], env)
     (line,) = [x for x in out.splitlines() if x.startswith("RESULTS ")]
     return json.loads(line[len("RESULTS ") :])
 
@@ -211,7 +211,9 @@ def test_gradient_accumulation_resumes_from_every_checkpoint_of_runs_ending_epoc
     run trained after it, to its last step. In 0.8.0 resuming before a short step raised
     ``LossOutputException: ... holds at most 1 batch(es)`` at the next epoch (the loader was
     never told the accumulation)."""
-    out = run_python(["-m", "tests.neuron_sift.integrations.trainer_accumulation_scenarios"], {"USE_TORCH_XLA": "0"})
+    out = run_python(
+        ["-m", "tests.neuron_sift.integrations.hf_trainer.trainer_accumulation_scenarios"], {"USE_TORCH_XLA": "0"}
+    )
     (line,) = [x for x in out.splitlines() if x.startswith("RESULTS ")]
     results = json.loads(line[len("RESULTS ") :])
     for accumulation, r in results.items():

@@ -8,19 +8,19 @@ import logging
 import pytest
 import torch
 
-from neuron_sift.integrations import trainer_ranks
 from neuron_sift.integrations.epoch_trainer import enable_epoch_sifting
-from neuron_sift.integrations.trainer import enable_sifting
-from neuron_sift.integrations.trainer_ranks import (
+from neuron_sift.integrations.hf_trainer import ranks
+from neuron_sift.integrations.hf_trainer.ranks import (
     TrainerWorld,
     loader_shards,
     not_parallel_notice,
     read_trainer_world,
     sifting_distributed,
 )
+from neuron_sift.integrations.trainer import enable_sifting
 from tests.neuron_sift.epoch.thread_ranks import ThreadWorld
-from tests.neuron_sift.integrations.fake_trainer import SAMPLES, FakeTrainer, train_loader
-from tests.neuron_sift.integrations.trainer_harness import SiftBertLoss, sift_config
+from tests.neuron_sift.integrations.hf_trainer.fake_trainer import SAMPLES, FakeTrainer, train_loader
+from tests.neuron_sift.integrations.hf_trainer.trainer_harness import SiftBertLoss, sift_config
 from tests.neuron_sift.torchrun import launch, results
 
 EPOCH_CONFIG = {"seed": 0, "kept_share": 0.5, "anneal_fraction": 0.25}
@@ -124,7 +124,7 @@ def test_epoch_sifting_plans_the_whole_epoch_where_the_trainer_trains_each_proce
         loader = trainer.epoch_sifting_dataloader
         return loader.ranks.world_size, first_epoch_ids(loader)
 
-    with caplog.at_level(logging.WARNING, logger=trainer_ranks.__name__):
+    with caplog.at_level(logging.WARNING, logger=ranks.__name__):
         (world0, ids0), (world1, ids1) = on_two_ranks(monkeypatch, rank)
     assert world0 == world1 == 1
     assert ids0 == ids1 == list(range(SAMPLES))  # the warm-up epoch: every sample on each rank
@@ -169,7 +169,7 @@ def test_a_distributed_trainer_without_the_process_group_is_refused(enable):
 
 # -- real Trainers under torchrun ----------------------------------------------------------
 
-WORKER = __file__.replace("test_trainer_ranks.py", "trainer_ranks_worker.py")
+WORKER = __file__.replace("test_ranks.py", "trainer_ranks_worker.py")
 
 
 @pytest.mark.slow

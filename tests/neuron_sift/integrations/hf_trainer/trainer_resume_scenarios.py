@@ -1,8 +1,8 @@
 """Hugging Face Trainer runs resumed from their own checkpoints, both sifting modes, executed
-in a subprocess by test_trainer_resume.py (see ``trainer_harness.py`` for why). Prints one
+in a subprocess by test_checkpoint.py (see ``trainer_harness.py`` for why). Prints one
 JSON object: what the runs observed.
 
-    python -m tests.neuron_sift.integrations.trainer_resume_scenarios sifting|epoch_sifting cpu|xla
+    python -m tests.neuron_sift.integrations.hf_trainer.trainer_resume_scenarios sifting|epoch_sifting cpu|xla
 
 An uninterrupted run saves checkpoints at the end of its first two Trainer epochs and in the
 middle of the second; runs resumed from the last two are compared with it: the
@@ -21,9 +21,9 @@ import torch
 from torch.utils.data import IterableDataset
 
 from neuron_sift.integrations.epoch_trainer import enable_epoch_sifting
+from neuron_sift.integrations.hf_trainer.checkpoint import RESUMED
 from neuron_sift.integrations.trainer import enable_sifting
-from neuron_sift.integrations.trainer_checkpoint import RESUMED
-from tests.neuron_sift.integrations.trainer_harness import (
+from tests.neuron_sift.integrations.hf_trainer.trainer_harness import (
     SiftBertLoss,
     TinyTextClassifier,
     ToyTextDataset,

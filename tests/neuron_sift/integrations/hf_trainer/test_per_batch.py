@@ -10,8 +10,8 @@ import math
 
 import pytest
 
+from tests.neuron_sift.integrations.hf_trainer.trainer_harness import run_python, scenarios
 from tests.neuron_sift.integrations.readme_examples import example
-from tests.neuron_sift.integrations.trainer_harness import run_python, scenarios
 
 pytestmark = pytest.mark.slow
 

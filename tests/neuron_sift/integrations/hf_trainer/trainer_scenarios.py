@@ -1,8 +1,8 @@
 """Hugging Face Trainer runs of both sifting modes, executed in a subprocess by
-test_trainer.py and test_epoch_trainer.py (see ``trainer_harness.py`` for why). Prints one
+test_per_batch.py and test_epoch_mode.py (see ``trainer_harness.py`` for why). Prints one
 JSON object: scenario name -> observations.
 
-    python -m tests.neuron_sift.integrations.trainer_scenarios sifting|epoch|switch cpu|xla|resume|lengths
+    python -m tests.neuron_sift.integrations.hf_trainer.trainer_scenarios sifting|epoch|switch cpu|xla|resume|lengths
 """
 
 import os
@@ -13,10 +13,10 @@ import torch
 
 from neuron_sift.exceptions import LossImplementationNotProvidedException, SiftConfigValidationException
 from neuron_sift.integrations.epoch_trainer import enable_epoch_sifting
+from neuron_sift.integrations.hf_trainer.patch import installed_mode
 from neuron_sift.integrations.schedules import ExactLengthLoader
 from neuron_sift.integrations.trainer import enable_sifting
-from neuron_sift.integrations.trainer_patch import installed_mode
-from tests.neuron_sift.integrations.trainer_harness import (
+from tests.neuron_sift.integrations.hf_trainer.trainer_harness import (
     SiftBertLoss,
     TinyTextClassifier,
     ToyTextDataset,
@@ -242,7 +242,7 @@ def resume_trainer(out, data, trained, save=()):
 def epoch_resume(out):
     """An uninterrupted run saving at the end of Trainer epoch 2 (step 12 of 24) and mid-epoch
     (step 9); runs resumed from each, and from each state as 0.4.0's EpochStream wrote it
-    (test_trainer_resume.py compares the runs of both modes at length; this is the epoch
+    (test_checkpoint.py compares the runs of both modes at length; this is the epoch
     mode's older layout)."""
     data = ToyTextDataset(n=64)
     full = TrainedIds(data)

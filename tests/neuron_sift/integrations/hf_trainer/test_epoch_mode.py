@@ -8,10 +8,10 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from neuron_sift import EpochSiftingDataloader
 from neuron_sift.integrations.epoch_trainer import enable_epoch_sifting, state_file
+from neuron_sift.integrations.hf_trainer.checkpoint import load_state, restore_at_epoch_end
 from neuron_sift.integrations.schedules import ExactLengthLoader
-from neuron_sift.integrations.trainer_checkpoint import load_state, restore_at_epoch_end
-from tests.neuron_sift.integrations.fake_trainer import FakeTrainer, train_loader
-from tests.neuron_sift.integrations.trainer_harness import scenarios
+from tests.neuron_sift.integrations.hf_trainer.fake_trainer import FakeTrainer, train_loader
+from tests.neuron_sift.integrations.hf_trainer.trainer_harness import scenarios
 
 
 @pytest.mark.slow
@@ -51,7 +51,7 @@ def test_hugging_face_trainer_resumes_from_a_checkpoint():
     """64 samples, batch 8, 4 Trainer epochs of 6 steps; checkpoints at step 12 (the end of
     the second epoch) and step 9 (mid-epoch). Resumed from either, the Trainer trains the
     very samples of the uninterrupted run's later steps, in the same batches, also from the
-    state as 0.4.0 wrote it (test_trainer_resume.py covers both modes and devices)."""
+    state as 0.4.0 wrote it (test_checkpoint.py covers both modes and devices)."""
     r = scenarios("epoch", "resume")["resume"]
     assert r["per_epoch"] == 6 and len(r["full_steps"]) == 24
     assert r["saved"] == ["epoch_sifting_rank0.pt"] and r["saved_kind"] == "ExactLengthLoader"

@@ -10,15 +10,15 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from neuron_sift import EpochSiftingDataloader
-from neuron_sift.integrations.epoch_run_length import (
+from neuron_sift.integrations.epoch_trainer import enable_epoch_sifting
+from neuron_sift.integrations.hf_trainer.run_length import (
     check_max_steps,
     check_within_plan,
     plan_optimizer_steps,
     planned_epochs,
 )
-from neuron_sift.integrations.epoch_trainer import enable_epoch_sifting
-from tests.neuron_sift.integrations.fake_trainer import FakeTrainer, train_loader
-from tests.neuron_sift.integrations.trainer_harness import scenarios
+from tests.neuron_sift.integrations.hf_trainer.fake_trainer import FakeTrainer, train_loader
+from tests.neuron_sift.integrations.hf_trainer.trainer_harness import scenarios
 
 # 32 samples, batch 4, 4 epochs: plans of 8, 4, 4 and 8 batches, 6 per Trainer epoch, 24 steps.
 EPOCH_CONFIG = {"seed": 0, "kept_share": 0.5, "anneal_fraction": 0.25, "start_rank_correlation": None}  # exact

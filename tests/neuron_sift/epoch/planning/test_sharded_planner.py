@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from neuron_sift import EpochSiftConfig
+from neuron_sift.epoch.planning.ownership import Ownership
 from neuron_sift.epoch.planning.plan import PlanSettings
 from neuron_sift.epoch.planning.planner import EpochPlanner
-from neuron_sift.epoch.scores.ownership import Ownership
-from neuron_sift.epoch.scores.sharded import ShardedPlanner
+from neuron_sift.epoch.planning.sharded_planner import ShardedPlanner
 from neuron_sift.epoch.selection.policies import keep_priorities
 from neuron_sift.epoch.selection.quantiles import KNOTS
 from neuron_sift.shared.ranks import RankGroup
@@ -193,7 +193,7 @@ def test_a_rank_holds_only_its_share():
 
 @pytest.mark.parametrize("policy", ["percentile", "below_mean"])
 def test_priorities_computed_in_chunks_give_the_same_plan(monkeypatch, policy):
-    import neuron_sift.epoch.scores.sharded as sharded_module
+    import neuron_sift.epoch.planning.sharded_planner as sharded_module
 
     n = 500
     scores = skewed_scores(n, seed=6, unscored=4)

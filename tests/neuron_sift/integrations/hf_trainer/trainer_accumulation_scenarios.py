@@ -1,8 +1,8 @@
 """Hugging Face Trainer runs of the epoch mode with gradient accumulation, resumed from every
-checkpoint, executed in a subprocess by test_trainer_resume.py (``trainer_harness.py`` says
+checkpoint, executed in a subprocess by test_checkpoint.py (``trainer_harness.py`` says
 why). Prints one JSON object.
 
-    python -m tests.neuron_sift.integrations.trainer_accumulation_scenarios
+    python -m tests.neuron_sift.integrations.hf_trainer.trainer_accumulation_scenarios
 
 For accumulation 2 and 3, an uninterrupted run over 72 samples in batches of 8 (2 Trainer
 epochs of 7 batches: every epoch ends on a short optimizer step) saves a checkpoint
@@ -19,7 +19,7 @@ import transformers
 
 from neuron_sift import EpochSiftConfig
 from neuron_sift.integrations.epoch_trainer import enable_epoch_sifting
-from tests.neuron_sift.integrations.trainer_harness import (
+from tests.neuron_sift.integrations.hf_trainer.trainer_harness import (
     TinyTextClassifier,
     ToyTextDataset,
     TrainedIds,
