@@ -53,7 +53,7 @@ class PaybackCheck:
         # cutting the training graph where it is not cut later (a device that compiles per
         # graph: the cut graph would compile again after the warm-up).
         self.done = backend.extraction_only or backend.fixed_shapes
-        if backend.fixed_shapes and not backend.extraction_only:
+        if backend.fixed_shapes and not backend.extraction_only and logger.isEnabledFor(logging.INFO):
             logger.info(
                 "payback: off on %s (reading its times would cut the training graph and compile it again later); "
                 "benchmarks/step_costs.py measures the scoring forward's share of a step on the device",
@@ -127,15 +127,16 @@ class PaybackCheck:
             "cost_per_trained_batch": cost,
             "break_even_saving": saving,
         }
-        logger.info(
-            "payback: scoring a source batch costs %.2f of a training step%s; at kept share %.2f a trained batch "
-            "costs %.2f steps, so selection must reach the same result in %.0f%% fewer steps to pay",
-            forward,
-            f" and the scoring model's step {learn:.2f}" if learn else "",
-            self.kept_share,
-            cost,
-            100.0 * saving,
-        )
+        if logger.isEnabledFor(logging.INFO):  # the loader's rule: no INFO line formatted without INFO
+            logger.info(
+                "payback: scoring a source batch costs %.2f of a training step%s; at kept share %.2f a trained batch "
+                "costs %.2f steps, so selection must reach the same result in %.0f%% fewer steps to pay",
+                forward,
+                f" and the scoring model's step {learn:.2f}" if learn else "",
+                self.kept_share,
+                cost,
+                100.0 * saving,
+            )
         if saving > IMPLAUSIBLE_SAVING:
             logger.warning(
                 "payback: per-batch sifting pays only if its selection saves %.0f%% of the training steps, more than "

@@ -147,9 +147,9 @@ class SiftingPass:
                 self.position.in_progress = False
                 sl.nonfinite_notice.flush()
                 sl.drop_notice.flush()
+            sl.payback.pass_ended()  # at the pass's own end (not when an abandoned one is collected)
         finally:  # do not hold the source iterator (and its DataLoader workers) past the epoch
             self._sources.close()
-            sl.payback.pass_ended()
 
     def _before_yield(self) -> None:
         """Before the epoch's last planned batch, score the source batches still left (the
