@@ -2,7 +2,7 @@
 resuming/test_preemption.py with ``--max-restarts=1``.
 
 The training loop and the checkpoint plumbing are the documentation's own
-(docs/large-datasets.md, "Large datasets and preemption"): the test writes those blocks to
+(docs/checkpoints.md, "Preemption: checkpoint, restart, resume"): the test writes those blocks to
 ``--recipe`` and this worker runs them, so the recipe users copy is the code that survives
 the kill. What the worker adds is observation and the fault:
 

@@ -1,7 +1,7 @@
 """Preemption under torchrun: a rank killed by SIGKILL in the middle of a sifted epoch,
 the group restarted by ``torchrun --max-restarts=1``, every rank resumed from the newest
 checkpoint all ranks wrote. The loop and the checkpoint functions are the ones
-docs/large-datasets.md shows (its blocks are written to a file the worker runs), so the
+docs/checkpoints.md shows (its blocks are written to a file the worker runs), so the
 recipe is what is tested; the worker (``preemption_worker.py``) adds the logging and the
 fault. Both loaders, and both of the page's checkpoint plumbings: torch.distributed.checkpoint
 (``dcp``) and per-rank files written by hand (``files``).

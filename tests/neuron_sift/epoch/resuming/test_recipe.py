@@ -1,4 +1,4 @@
-"""The documentation's preemption recipe (docs/large-datasets.md: its checkpoint functions and
+"""The documentation's preemption recipe (docs/checkpoints.md: its checkpoint functions and
 its loop for ``EpochSiftingDataloader``), run as written on real files through what an elastic
 job meets: a job of 2 ranks stopped, resumed on 1 rank, stopped again and resumed on 2
 (``--nnodes=MIN:MAX``), and a checkpoint of a DDP model resumed on one process without DDP.
@@ -31,7 +31,7 @@ def recipe() -> dict:
     """The page's checkpoint functions and loop, executed as one script."""
     namespace = {"__name__": "recipe"}
     code = "\n\n".join(example(title) for title in SECTIONS)
-    exec(compile(code, "docs/large-datasets.md", "exec"), namespace)
+    exec(compile(code, "docs/checkpoints.md", "exec"), namespace)
     return namespace
 
 
