@@ -206,7 +206,7 @@ def test_settings_that_change_nothing_here_are_accepted(local, reads):
 def test_the_docs_mds_example_trains_the_kept_samples_reading_no_other(tmp_path, monkeypatch, reads, one_thread):
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": "__main__"}
-    exec(compile(example("MosaicML Streaming (MDS shards)"), "docs/large-datasets.md", "exec"), namespace)
+    exec(compile(example("MosaicML Streaming (MDS shards)"), "docs/data-formats.md", "exec"), namespace)
     loader, train_ds = namespace["loader"], namespace["train_ds"]
     # the default start rule holds the first epoch with scores (nothing to compare them with yet)
     assert [h["kind"] for h in loader.history] == ["warmup", "held", "sift", "sift"]
