@@ -80,7 +80,7 @@ class EpochSiftConfig:
     of the scored samples are left out in any epoch. A budgeted sifted epoch that trains
     less than four fifths of its budget, for this or any other reason, is logged as a
     warning. This deliberately changes the objective (those samples no longer count) and is
-    not unbiased for them; see the docs' How sifting works (Label noise: the guard).
+    not unbiased for them; see the docs' Epoch-level sifting page (Label noise: the guard).
 
     ``start_rank_correlation`` (default 0.5; None: off): the start rule. A sifted epoch prunes
     only when the scores carry information: when the Spearman rank correlation between the
@@ -90,7 +90,7 @@ class EpochSiftConfig:
     compare them with and always trains every sample, so pruning starts at the third epoch
     at the earliest. With the rule on, how many samples a sifted epoch trains is known only
     when it opens: ``len()`` and ``planned_steps()`` count later sifted epochs as pruning
-    (``length_is_exact`` is False); see the docs' How sifting works (The start rule).
+    (``length_is_exact`` is False); see the docs' Epoch-level sifting page (The start rule).
 
     ``max_pruned_share`` (None: off; instead of ``kept_share``): the automatic budget, for
     schedules of any length. A sifted epoch with ``p`` sifted epochs left (itself included)

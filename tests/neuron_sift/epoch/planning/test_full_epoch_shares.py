@@ -1,5 +1,5 @@
 """What a full epoch (warm-up, annealing, or a sifted epoch without scores) trains under data
-parallelism, as docs/how-it-works.md and docs/large-datasets.md state it: every rank the same
+parallelism, as docs/epoch-sifting.md and docs/sharded-score-table.md state it: every rank the same
 number of samples, so ``N mod W`` of the ``N`` samples are left out, a new draw each epoch.
 Under the replicated table they are the last of the epoch's random order; under the sharded
 table every rank trains ``N // W`` of the samples it owns, so each rank owning one sample more
