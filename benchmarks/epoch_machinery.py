@@ -39,22 +39,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import _bootstrap  # noqa: F401 - run as a file, it puts the package benchmarks within reach
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-# Run as a file (python benchmarks/<script>.py), the checkout's root is on the path only while the
-# package benchmarks is imported: left there, a folder of the checkout would shadow an installed
-# package of its name (a kernels/ folder shadowed Hugging Face's kernels, which transformers imports).
-_CHECKOUT = str(Path(__file__).resolve().parents[1])
-sys.path.insert(0, _CHECKOUT)
-import benchmarks  # noqa: E402,F401
-
-sys.path.remove(_CHECKOUT)
-from benchmarks.core.tasks import CNN1D  # noqa: E402
-from benchmarks.measurement.options import CLOCKS, add_clock, add_threads, use_threads  # noqa: E402
-from neuron_sift import EpochSiftingDataloader  # noqa: E402
+from benchmarks.instruments.options import CLOCKS, add_clock, add_threads, use_threads
+from benchmarks.tasks.mnist1d import CNN1D
+from neuron_sift import EpochSiftingDataloader
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "epoch_machinery.jsonl"
 CLOCK = CLOCKS["cpu"]  # --clock: process CPU time (default; a shared machine) or wall-clock

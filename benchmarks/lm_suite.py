@@ -2,12 +2,12 @@
 """Does per-batch sifting reach a language model's held-out loss sooner than training on
 everything? The single-pass language-model task (command line).
 
-A byte-level decoder-only transformer (``core/lm_model.py``) trains one pass over the
-running Python's standard library source (``core/lm_corpus.py``: the rule, the held-out
+A byte-level decoder-only transformer (``tasks/lm_model.py``) trains one pass over the
+running Python's standard library source (``tasks/lm_corpus.py``: the rule, the held-out
 split by file, the size and SHA-256 in every record). As in pretraining, compute is the
 limit, not data: every arm takes the same optimizer steps; an arm that skips samples reads
 further into the stream for them. ``--corpus web`` trains on the web-like stream instead
-(``core/lm_web.py``: the same clean training windows, mixed with repeated licence texts and
+(``tasks/lm_web.py``: the same clean training windows, mixed with repeated licence texts and
 binary junk at fixed shares), judged on the same held-out clean source. Arms
 (``arms/single_pass.py``, ``arms/selective_backprop.py``): the full-data frontier
 (``lm-full`` and ``lm-full@0.4/0.6/0.8``, each schedule ended at its own end),
@@ -42,20 +42,13 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-_CHECKOUT = str(Path(__file__).resolve().parents[1])
-sys.path.insert(0, _CHECKOUT)
-import benchmarks  # noqa: E402,F401
+import _bootstrap  # noqa: F401 - run as a file, it puts the package benchmarks within reach
 
-sys.path.remove(_CHECKOUT)
-
-from benchmarks.arms import default_arms, get_arm, task_arms  # noqa: E402
-from benchmarks.core.lm_context import LMConfig  # noqa: E402
-from benchmarks.core.lm_corpus import read_corpus  # noqa: E402
-from benchmarks.core.lm_model import LMShape  # noqa: E402
-from benchmarks.core.lm_runner import run_lm_task  # noqa: E402
-from benchmarks.core.lm_web import read_web_corpus  # noqa: E402
-from benchmarks.measurement.environment import setup_backend, versions  # noqa: E402
-from benchmarks.measurement.options import (  # noqa: E402
+from benchmarks.arms import default_arms, get_arm, task_arms
+from benchmarks.core.lm_context import LMConfig
+from benchmarks.core.lm_runner import run_lm_task
+from benchmarks.instruments.environment import setup_backend, versions
+from benchmarks.instruments.options import (
     add_backend,
     add_clock,
     add_threads,
@@ -63,8 +56,11 @@ from benchmarks.measurement.options import (  # noqa: E402
     default_clock,
     use_threads,
 )
-from benchmarks.measurement.records import read_records, write_summary  # noqa: E402
-from benchmarks.report.lm_summary import format_lm_tables, summarize_lm  # noqa: E402
+from benchmarks.instruments.records import read_records, write_summary
+from benchmarks.report.lm_summary import format_lm_tables, summarize_lm
+from benchmarks.tasks.lm_corpus import read_corpus
+from benchmarks.tasks.lm_model import LMShape
+from benchmarks.tasks.lm_web import read_web_corpus
 
 DEFAULT_RESULTS = Path(__file__).resolve().parent / "results" / "lm"
 TINY = {
@@ -115,7 +111,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=sorted(CORPORA),
         default="clean",
         help="training stream: clean (the stdlib's source) or web (it mixed with licence texts and binary junk, "
-        "core/lm_web.py); the held-out metric is the same (default %(default)s)",
+        "tasks/lm_web.py); the held-out metric is the same (default %(default)s)",
     )
     add_backend(p)
     add_clock(

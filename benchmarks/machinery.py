@@ -41,17 +41,11 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-# Run as a file (python benchmarks/<script>.py), the checkout's root is on the path only while the
-# package benchmarks is imported: left there, a folder of the checkout would shadow an installed
-# package of its name (a kernels/ folder shadowed Hugging Face's kernels, which transformers imports).
-_CHECKOUT = str(Path(__file__).resolve().parents[1])
-sys.path.insert(0, _CHECKOUT)
-import benchmarks  # noqa: E402,F401
+import _bootstrap  # noqa: F401 - run as a file, it puts the package benchmarks within reach
 
-sys.path.remove(_CHECKOUT)
-from benchmarks.measurement.environment import versions  # noqa: E402
-from benchmarks.measurement.options import CLOCKS, add_clock, add_threads, use_threads  # noqa: E402
-from benchmarks.standalone.machinery_cost import (  # noqa: E402
+from benchmarks.instruments.environment import versions
+from benchmarks.instruments.options import CLOCKS, add_clock, add_threads, use_threads
+from benchmarks.studies.machinery_cost import (
     EAGER_ONLY,
     ENGINES,
     RUN_ORDER,

@@ -52,17 +52,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import _bootstrap  # noqa: F401 - run as a file, it puts the package benchmarks within reach
 import numpy as np
 
-# Run as a file (python benchmarks/<script>.py), the checkout's root is on the path only while the
-# package benchmarks is imported: left there, a folder of the checkout would shadow an installed
-# package of its name (a kernels/ folder shadowed Hugging Face's kernels, which transformers imports).
-_CHECKOUT = str(Path(__file__).resolve().parents[1])
-sys.path.insert(0, _CHECKOUT)
-import benchmarks  # noqa: E402,F401
-
-sys.path.remove(_CHECKOUT)
-from benchmarks.standalone.scale_report import latest_rows, plot, report, show  # noqa: E402
+from benchmarks.studies.scale_report import latest_rows, plot, report, show
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = 128

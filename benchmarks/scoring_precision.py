@@ -11,7 +11,7 @@ moves them alike), after one untimed round each. Prints each variant's median an
 lower precisions, how the selection moves: the rank correlation of the losses with
 full precision's and the share of the same samples among the top half of losses (fixed
 mode keeps the high-loss half in expectation at beta 1), on held-out windows of the task's
-corpus (the running Python's standard library, ``core/lm_corpus.py``), after the model
+corpus (the running Python's standard library, ``tasks/lm_corpus.py``), after the model
 trained a few steps on its training windows so that the losses mean something.
 
 ``python benchmarks/scoring_precision.py [--calls 40] [--layers 4 --d-model 256 --context 128 --batch 32]``
@@ -20,23 +20,15 @@ trained a few steps on its training windows so that the losses mean something.
 import argparse
 import json
 import statistics
-import sys
-from pathlib import Path
 
+import _bootstrap  # noqa: F401 - run as a file, it puts the package benchmarks within reach
 import torch
 
-# Run as a file, the checkout's root is on the path only while the package benchmarks is
-# imported (a folder of the checkout must not shadow an installed package of its name).
-_CHECKOUT = str(Path(__file__).resolve().parents[1])
-sys.path.insert(0, _CHECKOUT)
-import benchmarks  # noqa: E402,F401
-
-sys.path.remove(_CHECKOUT)
-from benchmarks.core.lm_corpus import read_corpus, stream_order  # noqa: E402
-from benchmarks.core.lm_model import ByteTransformer, LMShape, sequence_losses  # noqa: E402
-from benchmarks.measurement.environment import versions  # noqa: E402
-from benchmarks.measurement.options import CLOCKS  # noqa: E402
-from neuron_sift.scoring.forward import SCORING_DTYPES, scoring_mode  # noqa: E402
+from benchmarks.instruments.environment import versions
+from benchmarks.instruments.options import CLOCKS
+from benchmarks.tasks.lm_corpus import read_corpus, stream_order
+from benchmarks.tasks.lm_model import ByteTransformer, LMShape, sequence_losses
+from neuron_sift.scoring.forward import SCORING_DTYPES, scoring_mode
 
 VARIANTS = (("no_grad", "model"), ("inference_mode", "model"), ("no_grad", "bfloat16"), ("inference_mode", "bfloat16"))
 

@@ -18,21 +18,13 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
+import _bootstrap  # noqa: F401 - run as a file, it puts the package benchmarks within reach
 import torch
 
-# Run as a file (python benchmarks/<script>.py), the checkout's root is on the path only while the
-# package benchmarks is imported: left there, a folder of the checkout would shadow an installed
-# package of its name (a kernels/ folder shadowed Hugging Face's kernels, which transformers imports).
-_CHECKOUT = str(Path(__file__).resolve().parents[1])
-sys.path.insert(0, _CHECKOUT)
-import benchmarks  # noqa: E402,F401
-
-sys.path.remove(_CHECKOUT)
-from benchmarks.core.tasks import CNN1D  # noqa: E402
-from neuron_sift import TracedLoss  # noqa: E402
-from neuron_sift.scoring.forward import scoring_mode  # noqa: E402
+from benchmarks.tasks.mnist1d import CNN1D
+from neuron_sift import TracedLoss
+from neuron_sift.scoring.forward import scoring_mode
 
 
 class CE:

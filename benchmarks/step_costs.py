@@ -6,7 +6,7 @@ of a training step's backward (with the optimizer step) to its forward, and on t
 forward's share of a step. This measures both, on the suite's tasks' models (``--task``,
 the suite's names: their data, batch size and learning rate) and on the single-pass
 language-model task's decoder (``lm``, the shape of its default run), with the same probe
-the language-model task records in every run (``core/lm_model.cost_probe``: the medians of
+the language-model task records in every run (``tasks/lm_model.cost_probe``: the medians of
 5 rounds over 4 batches after an untimed round; a throwaway model, Adam).
 
 ``python benchmarks/step_costs.py [--task bert,mnist1d,lm] [--clock cpu] [--threads 1]
@@ -17,26 +17,18 @@ time; ``benchmarks/device_run.sh`` does).
 
 import argparse
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
+import _bootstrap  # noqa: F401 - run as a file, it puts the package benchmarks within reach
 import torch
 
-# Run as a file, the checkout's root is on the path only while the package benchmarks is
-# imported (a folder of the checkout must not shadow an installed package of its name).
-_CHECKOUT = str(Path(__file__).resolve().parents[1])
-sys.path.insert(0, _CHECKOUT)
-import benchmarks  # noqa: E402,F401
-
-sys.path.remove(_CHECKOUT)
-from benchmarks.core.lm_context import LMConfig  # noqa: E402
-from benchmarks.core.lm_corpus import read_corpus  # noqa: E402
-from benchmarks.core.lm_model import ByteTransformer  # noqa: E402
-from benchmarks.core.task_costs import BATCHES, probe_on_backend, task_cost_probe  # noqa: E402
-from benchmarks.core.tasks import TASKS, make_data, model_description  # noqa: E402
-from benchmarks.measurement.environment import setup_backend, versions  # noqa: E402
-from benchmarks.measurement.options import CLOCKS, add_backend, check_backend  # noqa: E402
+from benchmarks.core.lm_context import LMConfig
+from benchmarks.core.task_costs import BATCHES, probe_on_backend, task_cost_probe
+from benchmarks.instruments.environment import setup_backend, versions
+from benchmarks.instruments.options import CLOCKS, add_backend, check_backend
+from benchmarks.tasks.lm_corpus import read_corpus
+from benchmarks.tasks.lm_model import ByteTransformer
+from benchmarks.tasks.registry import TASKS, make_data, model_description
 
 
 def task_costs(name: str, clock: str, backend: dict[str, Any]) -> dict:

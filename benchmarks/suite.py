@@ -17,12 +17,12 @@ Every task trains the same model several ways ("arms", ``arms/``), same seeds:
 Each arm comes from a plug-in of ``arms/`` (listed in ``arms/__init__.py``); the default arms
 are those above, in that order.
 
-Fairness (``core/runner.py``, ``core/fairness.py``, ``measurement/clock.py``): per seed the
+Fairness (``core/runner.py``, ``core/fairness.py``, ``instruments/clock.py``): per seed the
 same initial weights, the same data order, the same optimizer, a cosine schedule decayed
 to each arm's own end, the clock paused during evaluation. The clock: the process's CPU
 time for a run on the host's CPU (a loaded machine stretches its wall-clock, not its CPU
 time, so the table is the idle machine's), the wall-clock on an accelerator
-(``measurement/options.py``, ``default_clock``; ``--clock`` chooses). Numbers
+(``instruments/options.py``, ``default_clock``; ``--clock`` chooses). Numbers
 (``report/summary.py``), per arm, paired by seed with ``full`` and the frontier, median
 [min, max] over seeds: ``speedup_vs_full``, ``speedup_vs_frontier`` (time to the target:
 the first evaluation from which every later one stays at or above ``full``'s final
@@ -30,17 +30,17 @@ accuracy minus ``--target-drop`` points), ``iso_time_gain`` (the arm's final acc
 minus the frontier's at the arm's time), ``final_acc_delta``, and how many seeds reached
 the target; beside them the mean of ``final_acc_delta`` over seeds and its 95% Student t
 interval (``report/confidence.py``), which needs at least 3 seeds to be usable (the
-default, ``DEFAULT_SEEDS``; 5 for a headline run). Tasks (``core/tasks.py``): ``mnist1d`` (default), ``mnist1d-noisy``,
+default, ``DEFAULT_SEEDS``; 5 for a headline run). Tasks (``tasks/``, listed in ``tasks/registry.py``): ``mnist1d`` (default), ``mnist1d-noisy``,
 ``mnist1d-redundant``, ``bert``, ``digits`` (``--task all``), and ``mnist1d-long`` and
 ``minilm-rt`` (by name only); all generated or bundled locally. ``minilm-rt``'s pretrained
 weights and review snippets come from two packages installed apart, with ``--no-deps``
-(``core/finetune.py``), whose versions and checksums its records keep.
+(``tasks/minilm_rt.py``), whose versions and checksums its records keep.
 
 Output in ``--out`` (default ``benchmarks/results/``): the headline table first, then a
 detail table; ``runs.jsonl`` (appended: one JSON line per run: versions, backend, device,
 config, results, the accuracy curve, the paired numbers), ``summary.jsonl`` (replaced: one
 line per task and arm, schema in ``report/summary.py``; both written by
-``measurement/records.py``) and ``accuracy_vs_time.png`` (``report/plot.py``).
+``instruments/records.py``) and ``accuracy_vs_time.png`` (``report/plot.py``).
 ``--backend xla`` runs the same on torch-xla (``PJRT_DEVICE=CPU`` here, Trainium where
 torch-neuronx is installed) and adds the compile count and host reads per step.
 
@@ -54,21 +54,26 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-# Run as a file (python benchmarks/<script>.py), the checkout's root is on the path only while the
-# package benchmarks is imported: left there, a folder of the checkout would shadow an installed
-# package of its name (a kernels/ folder shadowed Hugging Face's kernels, which transformers imports).
-_CHECKOUT = str(Path(__file__).resolve().parents[1])
-sys.path.insert(0, _CHECKOUT)
-import benchmarks  # noqa: E402,F401
+import _bootstrap  # noqa: F401 - run as a file, it puts the package benchmarks within reach
 
-sys.path.remove(_CHECKOUT)
-
-from benchmarks.arms import PLUGINS, default_arms, get_arm, task_arms  # noqa: E402
-from benchmarks.core import finetune  # noqa: E402
-from benchmarks.core.runner import run_task  # noqa: E402
-from benchmarks.core.tasks import (  # noqa: E402
+from benchmarks.arms import PLUGINS, default_arms, get_arm, task_arms
+from benchmarks.core.runner import run_task
+from benchmarks.instruments.environment import setup_backend, versions
+from benchmarks.instruments.options import (
+    add_backend,
+    add_clock,
+    add_threads,
+    check_backend,
+    default_clock,
+    use_threads,
+)
+from benchmarks.instruments.records import read_records, write_summary
+from benchmarks.report.plot import plot
+from benchmarks.report.summary import DETAIL, format_tables, summarize
+from benchmarks.tasks import minilm_rt
+from benchmarks.tasks.data import DATA_SEED
+from benchmarks.tasks.registry import (
     BY_NAME_ONLY,
-    DATA_SEED,
     TASK_ORDER,
     TASKS,
     TINY,
@@ -77,18 +82,6 @@ from benchmarks.core.tasks import (  # noqa: E402
     model_description,
     task_sources,
 )
-from benchmarks.measurement.environment import setup_backend, versions  # noqa: E402
-from benchmarks.measurement.options import (  # noqa: E402
-    add_backend,
-    add_clock,
-    add_threads,
-    check_backend,
-    default_clock,
-    use_threads,
-)
-from benchmarks.measurement.records import read_records, write_summary  # noqa: E402
-from benchmarks.report.plot import plot  # noqa: E402
-from benchmarks.report.summary import DETAIL, format_tables, summarize  # noqa: E402
 
 DEFAULT_RESULTS = Path(__file__).resolve().parent / "results"
 # Seeds of the default run: the fewest for which the paired interval of final_acc_delta is
@@ -186,8 +179,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     bad = [t for t in tasks if t not in TASKS]
     if bad or not tasks:
         p.error(f"--task: unknown task(s) {bad}; choose from {', '.join(TASK_ORDER + BY_NAME_ONLY)} or all")
-    if finetune.NAME in tasks and not args.summarize and (missing := finetune.missing_packages()):
-        p.error(finetune.missing_message(missing))
+    if minilm_rt.NAME in tasks and not args.summarize and (missing := minilm_rt.missing_packages()):
+        p.error(minilm_rt.missing_message(missing))
     args.tasks = tasks
     arms = list(dict.fromkeys(a.strip() for a in args.arms.split(",") if a.strip()))
     bad = []

@@ -25,8 +25,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from benchmarks.core.lm_context import LMContext, PartTimes
-from benchmarks.core.lm_model import sequence_losses
 from benchmarks.core.lm_reference import scorer_kwargs
+from benchmarks.tasks.lm_model import sequence_losses
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
 from neuron_sift.loss.abstract_sift_loss_module import Loss
 from neuron_sift.sift_config.sift_configs import LossConfig, RelativeProbabilisticSiftConfig, SiftingBaseConfig

@@ -1,1 +1,1 @@
-"""What every arm trains with and how the suite runs them fairly: tasks, context, data order and schedule, loops, runner."""
+"""What every arm trains with and how the runs go fairly: context, data order and schedule, loops, the runners (the suite's, the language-model task's), costs."""

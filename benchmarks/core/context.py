@@ -15,8 +15,8 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from benchmarks.core.fairness import CosineSchedule
-from benchmarks.core.tasks import Data, TaskConfig
-from benchmarks.measurement.clock import Clock, XlaCounters
+from benchmarks.instruments.clock import Clock, XlaCounters
+from benchmarks.tasks.registry import Data, TaskConfig
 
 
 @torch.no_grad()

@@ -21,9 +21,9 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from benchmarks.core.fairness import CosineSchedule
-from benchmarks.core.lm_corpus import Corpus
-from benchmarks.core.lm_model import LMShape, heldout_bpb, sequence_losses
-from benchmarks.measurement.clock import Clock
+from benchmarks.instruments.clock import Clock
+from benchmarks.tasks.lm_corpus import Corpus
+from benchmarks.tasks.lm_model import LMShape, heldout_bpb, sequence_losses
 
 PARTS = ("train_step", "scoring", "machinery")  # timed inside a run; the rest of its time is the data path
 

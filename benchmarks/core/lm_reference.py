@@ -21,8 +21,8 @@ from torch.utils.data import TensorDataset
 
 from benchmarks.core.fairness import CosineSchedule
 from benchmarks.core.lm_context import LMContext
-from benchmarks.core.lm_corpus import stream_order
-from benchmarks.core.lm_model import ByteTransformer, LMShape, sequence_losses
+from benchmarks.tasks.lm_corpus import stream_order
+from benchmarks.tasks.lm_model import ByteTransformer, LMShape, sequence_losses
 from neuron_sift import ReferenceTable, score_dataset
 from neuron_sift.loss.abstract_sift_loss_module import Loss
 

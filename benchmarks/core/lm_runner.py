@@ -18,12 +18,12 @@ import torch
 
 from benchmarks.core.compiled import compile_model, count_compiles
 from benchmarks.core.lm_context import PARTS, LMConfig, LMContext, PartTimes, keep_count, stream_loader
-from benchmarks.core.lm_corpus import Corpus, stream_order
-from benchmarks.core.lm_model import ByteTransformer, sequence_losses
 from benchmarks.core.task_costs import describe_probe, probe_on_backend
-from benchmarks.measurement.clock import Clock
-from benchmarks.measurement.records import append_record, run_record
+from benchmarks.instruments.clock import Clock
+from benchmarks.instruments.records import append_record, run_record
 from benchmarks.report.lm_summary import annotate_lm_seed
+from benchmarks.tasks.lm_corpus import Corpus, stream_order
+from benchmarks.tasks.lm_model import ByteTransformer, sequence_losses
 
 LMArm = Callable[[LMContext], dict | None]
 

@@ -32,10 +32,10 @@ from benchmarks.core.compiled import compile_model, count_compiles
 from benchmarks.core.context import ArmContext, evaluate
 from benchmarks.core.fairness import EpochOrder
 from benchmarks.core.task_costs import describe_probe, task_cost_probe
-from benchmarks.core.tasks import Data, TaskConfig, make_model
-from benchmarks.measurement.clock import Clock, XlaCounters
-from benchmarks.measurement.records import append_record, run_record
+from benchmarks.instruments.clock import Clock, XlaCounters
+from benchmarks.instruments.records import append_record, run_record
 from benchmarks.report.summary import annotate_seed
+from benchmarks.tasks.registry import Data, TaskConfig, make_model
 
 
 def arm_context(

@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.core.compiled import compile_model
-from benchmarks.core.lm_model import cost_probe
-from benchmarks.core.tasks import Data, TaskConfig, make_model
-from benchmarks.measurement.options import CLOCKS
+from benchmarks.instruments.options import CLOCKS
+from benchmarks.tasks.lm_model import cost_probe
+from benchmarks.tasks.registry import Data, TaskConfig, make_model
 
 BATCHES = 4  # per round
 

@@ -1,10 +1,10 @@
 """The suite's arithmetic: time to target, the full-data frontier, the paired headline
-numbers, the summary rows (the schema of ``summary.jsonl``, which ``measurement/records.py``
+numbers, the summary rows (the schema of ``summary.jsonl``, which ``instruments/records.py``
 writes) and the tables. Functions of the records only: no clock, no files (the plot is
 ``plot.py``).
 
 Times are wall-clock (``clock="wall"``) or the process's CPU time over the same intervals
-(``clock="cpu"``; see ``measurement/clock.py``); both are recorded in every run, the suite
+(``clock="cpu"``; see ``instruments/clock.py``); both are recorded in every run, the suite
 picks the clock (``--clock``, by default the CPU clock for runs on the host's CPU).
 
 Per seed (``annotate_seed``), every arm is paired with the ``full`` run and the frontier

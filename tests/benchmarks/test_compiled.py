@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.core import runner, tasks
+from benchmarks.core import runner
 from benchmarks.core.compiled import graphs_compiled
-from benchmarks.measurement.environment import setup_backend
+from benchmarks.instruments.environment import setup_backend
+from benchmarks.tasks import registry
 from tests.helpers.subprocess_limits import LIMIT_S
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,10 +38,10 @@ def test_the_compiled_backends_name_their_compiler_and_the_others_refuse_one():
 
 
 def test_an_arms_model_is_compiled_and_warmed_before_its_clock_with_its_weights_untouched():
-    task = tasks.TASKS["digits"]
-    data = tasks.make_data(task, cache=None)
+    task = registry.TASKS["digits"]
+    data = registry.make_data(task, cache=None)
     torch.manual_seed(0)
-    init = {k: v.clone() for k, v in tasks.make_model(task).state_dict().items()}
+    init = {k: v.clone() for k, v in registry.make_model(task).state_dict().items()}
     opts = type("Opts", (), {"progress": False, "beta": 1.0, "evals_per_epoch": 2})()
     before = graphs_compiled()
     ctx = runner.arm_context("full", task, data, 0, init, opts, setup_backend("compiled", "eager"))
@@ -67,10 +68,10 @@ def test_an_arms_model_is_compiled_and_warmed_before_its_clock_with_its_weights_
 
 def test_a_language_model_arms_model_is_compiled_and_warmed_before_its_clock():
     from benchmarks.core.lm_context import LMConfig
-    from benchmarks.core.lm_corpus import read_corpus
-    from benchmarks.core.lm_model import ByteTransformer, LMShape
     from benchmarks.core.lm_runner import make_lm_context
     from benchmarks.lm_suite import TINY, TINY_SHAPE
+    from benchmarks.tasks.lm_corpus import read_corpus
+    from benchmarks.tasks.lm_model import ByteTransformer, LMShape
 
     config = LMConfig(shape=LMShape(**TINY_SHAPE), **TINY)
     corpus = read_corpus(config.shape.context, heldout_sequences=config.heldout_sequences)

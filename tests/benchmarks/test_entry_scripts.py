@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import suite
-from benchmarks.core import tasks
+from benchmarks.tasks import mnist1d, registry
 from tests.helpers.subprocess_limits import LIMIT_S
 
 REPO = Path(__file__).resolve().parents[2]
@@ -177,15 +177,15 @@ def test_long_task_is_accepted_by_name_and_kept_out_of_all():
     args = suite.parse_args(["--task", "mnist1d-long"])
     assert args.tasks == ["mnist1d-long"]
     task = suite.task_config("mnist1d-long", args)
-    main = tasks.TASKS["mnist1d"]
-    assert task.epochs == tasks.LONG_EPOCHS > main.epochs
+    main = registry.TASKS["mnist1d"]
+    assert task.epochs == registry.LONG_EPOCHS > main.epochs
     assert (task.n_train, task.n_test, task.batch_size, task.lr) == (
         main.n_train,
         main.n_test,
         main.batch_size,
         main.lr,
     )
-    assert tasks.make_model(task).__class__ is tasks.CNN1D
+    assert registry.make_model(task).__class__ is mnist1d.CNN1D
     assert suite.task_config("mnist1d-long", suite.parse_args(["--task", "mnist1d-long", "--tiny"])).epochs < 10
     assert "mnist1d-long" not in suite.parse_args(["--task", "all"]).tasks
     assert suite.parse_args(["--task", "mnist1d,mnist1d-long"]).tasks == ["mnist1d", "mnist1d-long"]

@@ -1,7 +1,7 @@
 """The benchmarks' folders: the entry scripts on top (the commands the docs give), everything
 else in sub-packages that each say what they own and import one another one way only, so a
-newcomer reads them bottom up: measurement and report, core, arms (and the standalone
-measurements' parts), the scripts."""
+newcomer reads them bottom up: instruments and report, the tasks, core, arms (and the studies'
+parts), the scripts; beside the scripts only ``_bootstrap.py``, their first import."""
 
 import ast
 from pathlib import Path
@@ -13,11 +13,12 @@ SUBPACKAGES = sorted(p.parent.name for p in BENCH.glob("*/__init__.py"))
 
 # What each sub-package may import of benchmarks (besides itself); the scripts on top may import all.
 MAY_IMPORT = {
-    "measurement": set(),
+    "instruments": set(),
     "report": set(),
-    "core": {"measurement", "report"},
-    "arms": {"core", "measurement"},
-    "standalone": {"core", "measurement", "report"},
+    "tasks": set(),
+    "core": {"instruments", "report", "tasks"},
+    "arms": {"core", "instruments", "tasks"},
+    "studies": {"core", "instruments", "report", "tasks"},
 }
 
 
@@ -42,7 +43,7 @@ def test_the_sub_packages_are_the_known_ones():
 
 def test_on_top_only_entry_scripts():
     for path in BENCH.glob("*.py"):
-        if path.name != "__init__.py":
+        if path.name not in ("__init__.py", "_bootstrap.py"):
             assert 'if __name__ == "__main__":' in path.read_text(encoding="utf-8"), (
                 f"{path.name} is not an entry script: move it into a sub-package"
             )

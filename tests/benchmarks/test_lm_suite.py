@@ -16,8 +16,8 @@ import torch
 from benchmarks import lm_suite, suite
 from benchmarks.arms.selective_backprop import is_active, keep_count, select, selection_probabilities
 from benchmarks.arms.single_pass import SCORERS
-from benchmarks.core.lm_corpus import HELDOUT_EVERY, corpus_files, read_corpus, stream_order
 from benchmarks.report.lm_summary import summarize_lm
+from benchmarks.tasks.lm_corpus import HELDOUT_EVERY, corpus_files, read_corpus, stream_order
 from tests.helpers.subprocess_limits import LIMIT_S
 
 REPO = Path(__file__).resolve().parents[2]

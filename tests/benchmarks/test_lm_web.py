@@ -1,4 +1,4 @@
-"""The web-like stream (``benchmarks/core/lm_web.py``) and the reference slice both corpora
+"""The web-like stream (``benchmarks/tasks/lm_web.py``) and the reference slice both corpora
 share, on a small folder tree built here (so the rules, not this machine's installation,
 are what is checked), and once on the real installation.
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.core import lm_web
-from benchmarks.core.lm_corpus import HELDOUT_EVERY, REFERENCE_RESIDUE, corpus_files, cut_windows, read_corpus
-from benchmarks.core.lm_web import KIND_NAMES, WEB_SHARES, kind_shares, near_copies, near_copy_bytes, read_web_corpus
+from benchmarks.tasks import lm_web
+from benchmarks.tasks.lm_corpus import HELDOUT_EVERY, REFERENCE_RESIDUE, corpus_files, cut_windows, read_corpus
+from benchmarks.tasks.lm_web import KIND_NAMES, WEB_SHARES, kind_shares, near_copies, near_copy_bytes, read_web_corpus
 
 CONTEXT = 99  # windows of 100 bytes: 3 bytes of a near copy replaced
 DECOYS = {0xEC, 0xED, 0xEE}

@@ -272,7 +272,7 @@ def _three_seeds():
 def test_summary_has_the_paired_mean_and_interval_in_the_file_and_the_table(tmp_path):
     import json
 
-    from benchmarks.measurement import records as records_module
+    from benchmarks.instruments import records as records_module
 
     records = _three_seeds()
     rows = {r["arm"]: r for r in report.summarize(records)}

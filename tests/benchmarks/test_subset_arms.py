@@ -13,9 +13,10 @@ import torch
 from benchmarks import arms
 from benchmarks.arms import dynamic_random as dr
 from benchmarks.arms import seta
-from benchmarks.core import fairness, runner, tasks
+from benchmarks.core import fairness, runner
 from benchmarks.core.planned import EPOCH_ARM_SETTING, Phases
-from benchmarks.measurement.environment import setup_backend
+from benchmarks.instruments.environment import setup_backend
+from benchmarks.tasks import registry
 from neuron_sift import EpochSiftConfig
 
 EPOCHS = 8  # warm-up epoch 0, sifted epochs 1-6, annealing epoch 7 (floor(0.125 * 8) = 1)
@@ -171,10 +172,12 @@ def test_seta_sampler_phases_scores_and_unit_weights():
 @pytest.fixture(scope="module")
 def tiny_runs():
     """epoch, dynamic-random and seta on the same tiny task and seed."""
-    task = replace(tasks.TASKS["digits"], **{**tasks.TINY["digits"], "epochs": EPOCHS, "n_train": 256, "n_test": 64})
-    data = tasks.make_data(task, None)
+    task = replace(
+        registry.TASKS["digits"], **{**registry.TINY["digits"], "epochs": EPOCHS, "n_train": 256, "n_test": 64}
+    )
+    data = registry.make_data(task, None)
     torch.manual_seed(0)
-    init = tasks.make_model(task).state_dict()
+    init = registry.make_model(task).state_dict()
     opts = SimpleNamespace(progress=False, beta=1.0, evals_per_epoch=1)
     backend = setup_backend("eager")
     threads = torch.get_num_threads()

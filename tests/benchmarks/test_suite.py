@@ -18,9 +18,11 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from benchmarks import arms, suite  # suite imports every module of the suite
 from benchmarks.arms import frontier, infobatch, per_batch
-from benchmarks.core import fairness, runner, tasks
-from benchmarks.measurement.environment import setup_backend
-from benchmarks.measurement.options import default_clock
+from benchmarks.core import fairness, runner
+from benchmarks.instruments.environment import setup_backend
+from benchmarks.instruments.options import default_clock
+from benchmarks.tasks import bert, mnist1d, registry
+from benchmarks.tasks.data import Data
 from tests.helpers.subprocess_limits import LIMIT_S
 
 REPO = Path(__file__).resolve().parents[2]
@@ -131,10 +133,10 @@ def test_uniform_loader_plans_its_steps_exactly_and_keeps_the_configured_share()
 def test_a_run_with_the_progress_bar_on_closes_it_whatever_the_schedule():
     """An arm on an epoch-by-epoch schedule never gives the bar a total (the bar then has no
     truth value): the run still ends and closes it."""
-    task = replace(tasks.TASKS["digits"], **{**tasks.TINY["digits"], "epochs": 1, "n_train": 256, "n_test": 64})
-    data = tasks.make_data(task, None)
+    task = replace(registry.TASKS["digits"], **{**registry.TINY["digits"], "epochs": 1, "n_train": 256, "n_test": 64})
+    data = registry.make_data(task, None)
     torch.manual_seed(0)
-    init = tasks.make_model(task).state_dict()
+    init = registry.make_model(task).state_dict()
     opts = SimpleNamespace(progress=True, beta=1.0, evals_per_epoch=1)
     for arm in ("full", "infobatch"):
         res = runner.run_arm(arm, arms.get_arm(arm).fn, task, data, 0, init, opts, setup_backend("eager"))
@@ -210,39 +212,39 @@ def test_mnist1d_is_generated_locally_without_the_network(monkeypatch, tmp_path)
         raise AssertionError("the benchmark must not download anything")
 
     monkeypatch.setattr(requests, "get", no_network)
-    data = tasks.mnist1d_data(400, 100, cache=tmp_path)
+    data = mnist1d.mnist1d_data(400, 100, cache=tmp_path)
     assert data.x_train.shape == (400, 40) and data.x_test.shape == (100, 40)
     assert set(data.y_train.tolist()) <= set(range(10))
-    again = tasks.mnist1d_data(400, 100, cache=tmp_path)  # from the cache, identical
+    again = mnist1d.mnist1d_data(400, 100, cache=tmp_path)  # from the cache, identical
     assert torch.equal(again.x_train, data.x_train) and torch.equal(again.y_test, data.y_test)
 
 
 def test_label_flips_change_exactly_the_requested_share():
     y = torch.arange(1000) % 10
-    flipped, mask = tasks._flip_labels(y, 0.2, 10, seed=0)
+    flipped, mask = registry._flip_labels(y, 0.2, 10, seed=0)
     assert int(mask.sum()) == 200
     assert bool((flipped[mask] != y[mask]).all()) and bool((flipped[~mask] == y[~mask]).all())
 
 
 def test_keyword_sequences_label_is_the_most_frequent_keyword_and_usually_by_one():
-    x, y = tasks.keyword_sequences(400, seed=0)
-    assert x.shape == (400, tasks.BERT_LEN)
+    x, y = bert.keyword_sequences(400, seed=0)
+    assert x.shape == (400, bert.BERT_LEN)
     leads = []
     for row, label in zip(x, y, strict=True):
-        cls = tasks.cue_class(row)
-        counts = [(cls == k).sum().item() for k in range(tasks.BERT_CLASSES)]
+        cls = bert.cue_class(row)
+        counts = [(cls == k).sum().item() for k in range(bert.BERT_CLASSES)]
         assert counts[label] == max(counts) and counts.count(max(counts)) == 1
         leads.append(counts[label] - sorted(counts)[-2])
     assert 0.7 < leads.count(1) / len(leads) < 0.95  # three in four by construction, plus chance
-    assert x[:, 0].eq(0).all() and int(x.max()) < tasks.BERT_VOCAB
-    cues = x[(x >= 1) & (x <= tasks.BERT_CUES)]
-    ranks = (cues - 1) // tasks.BERT_CLASSES
+    assert x[:, 0].eq(0).all() and int(x.max()) < bert.BERT_VOCAB
+    cues = x[(x >= 1) & (x <= bert.BERT_CUES)]
+    ranks = (cues - 1) // bert.BERT_CLASSES
     assert (ranks == 0).float().mean() > 5 * (ranks == 20).float().mean()  # Zipf: frequent words, a long tail
 
 
 def test_redundant_data_is_mostly_jittered_copies_of_a_small_pool(tmp_path):
     n, nt = 4000, 100
-    base = tasks.Data(
+    base = Data(
         torch.randn(n, 40),
         torch.randint(0, 10, (n,)),
         torch.randn(nt, 40),
@@ -250,18 +252,18 @@ def test_redundant_data_is_mostly_jittered_copies_of_a_small_pool(tmp_path):
         torch.zeros(n, dtype=torch.bool),
         10,
     )
-    red = tasks.make_redundant(base)
+    red = mnist1d.make_redundant(base)
     assert red.x_train.shape == base.x_train.shape and torch.equal(red.x_test, base.x_test)
     # each training sample is within jitter of one original, with that original's label
     d = torch.cdist(red.x_train, base.x_train)
     nearest = d.argmin(dim=1)
-    assert bool((d.min(dim=1).values < 6 * tasks.REDUNDANT_JITTER * 40**0.5).all())
+    assert bool((d.min(dim=1).values < 6 * mnist1d.REDUNDANT_JITTER * 40**0.5).all())
     assert torch.equal(red.y_train, base.y_train[nearest])
     exact = d.min(dim=1).values < 0.1  # copies: about 0.05 * sqrt(40) = 0.3 away (cdist is not exact at 0)
-    assert int(exact.sum()) == round(tasks.REDUNDANT_DISTINCT * n)  # the distinct quarter, unchanged
+    assert int(exact.sum()) == round(mnist1d.REDUNDANT_DISTINCT * n)  # the distinct quarter, unchanged
     sources = nearest[~exact].unique()
-    assert len(sources) == round(tasks.REDUNDANT_POOL * n)  # copies of a pool of 100 originals
-    assert nearest.unique().numel() == round(tasks.REDUNDANT_DISTINCT * n)
+    assert len(sources) == round(mnist1d.REDUNDANT_POOL * n)  # copies of a pool of 100 originals
+    assert nearest.unique().numel() == round(mnist1d.REDUNDANT_DISTINCT * n)
 
 
 def test_infobatch_prunes_below_mean_at_the_published_rate_and_reweights_the_survivors():
@@ -496,7 +498,7 @@ def test_tiny_redundant_and_bert_tasks_run_with_any_frontier_fraction(tmp_path):
     ]
     records = _records(tmp_path / "runs.jsonl")
     bert_models = {r["config"]["model"] for r in records if r["task"] == "bert"}
-    assert bert_models == {tasks.model_description(tasks.TASKS["bert"])}
+    assert bert_models == {registry.model_description(registry.TASKS["bert"])}
 
 
 @pytest.mark.slow

@@ -27,7 +27,7 @@ loss on the very windows it memorised, and rank them learnable. Cut by file, the
 far from the training windows as the held-out files are. It changed this corpus's training
 windows: records written before it trained on about a twentieth more files (with the same
 held-out windows and checksum), so ``describe()`` holds the reference rule and size.
-``core/lm_web.py`` builds the web-like stream on top of this corpus.
+``lm_web.py`` builds the web-like stream on top of this corpus.
 """
 
 import hashlib

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 import neuron_sift
-from benchmarks.measurement.options import BACKEND_CHOICES
+from benchmarks.instruments.options import BACKEND_CHOICES
 
 # The backends a run can train on (``--backend``): the host's CPU eager or under torch.compile,
 # one GPU eager or under torch.compile, torch-xla (its CPU device here, Trainium's NEURON there).

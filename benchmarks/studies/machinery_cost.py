@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import neuron_sift.engine.step as step_module
-from benchmarks.core.tasks import CNN1D
+from benchmarks.tasks.mnist1d import CNN1D
 from neuron_sift.dataloader.sift_dataloader import SiftingDataloader
 from neuron_sift.engine.sifter import Sifter
 from neuron_sift.kernels.percentile import percentile_rank, percentile_rank_auto

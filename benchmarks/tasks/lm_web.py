@@ -56,7 +56,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.core.lm_corpus import (
+from benchmarks.tasks.lm_corpus import (
     EXCLUDED_DIRS,
     HELDOUT_EVERY,
     REFERENCE_RESIDUE,
@@ -189,7 +189,7 @@ def near_copies(windows: torch.Tensor, g: torch.Generator) -> torch.Tensor:
 def _missing(what: str, roots: list[Path]) -> FileNotFoundError:
     return FileNotFoundError(
         f"web-like corpus: no {what} under {', '.join(str(r) for r in roots)}; "
-        "each component must have files on this installation (benchmarks/core/lm_web.py)"
+        "each component must have files on this installation (benchmarks/tasks/lm_web.py)"
     )
 
 
