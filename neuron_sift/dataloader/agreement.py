@@ -10,7 +10,10 @@ at most ``max_pending`` samples pending and drops its newest kept samples past t
 emit whatever is ready and never drop.
 """
 
+from typing import Any
+
 from neuron_sift.shared.ranks import RankGroup
+from neuron_sift.shared.state_checks import need_int, need_mapping
 
 
 class EmissionAgreement:
@@ -72,6 +75,13 @@ class EmissionAgreement:
     def state_dict(self) -> dict:
         return {"since_sync": self.since_sync, "budget_left": self.budget_left}
 
+    def check_state(self, state: Any) -> None:
+        """Refuse counts that are not ints >= 0 (a state without them, of 0.2.0, agreed on none)."""
+        for key, value in need_mapping(state, "agreement").items():
+            if key in ("since_sync", "budget_left"):
+                need_int(value, f"agreement.{key}", 0)
+
     def load_state_dict(self, state: dict) -> None:
+        self.check_state(state)
         self.since_sync = int(state.get("since_sync", 0))
         self.budget_left = int(state.get("budget_left", 0))

@@ -10,7 +10,7 @@ the epoch mode's planner, ``neuron_sift.epoch``; here only batches are counted.)
 
 from typing import Any
 
-from neuron_sift.dataloader.parts import LoaderParts
+from neuron_sift.dataloader.parts import SiftingParts
 from neuron_sift.shared.sources import sampler_info
 from neuron_sift.shared.validation import positive_int
 from neuron_sift.sift_config.sift_configs import RelativeProbabilisticSiftConfig
@@ -96,7 +96,7 @@ def plan_epochs(
     return plan, scored
 
 
-def plan_loader(sl: LoaderParts, source: Any, epochs: int, resume_at: int) -> tuple[list[int], int]:
+def plan_loader(sl: SiftingParts, source: Any, epochs: int, resume_at: int) -> tuple[list[int], int]:
     """``plan_epochs`` of the loader ``sl``, whose source DataLoader (its wrappers taken off)
     is ``source``: from its configuration, delay progress and pending samples now.
 
@@ -113,7 +113,7 @@ def plan_loader(sl: LoaderParts, source: Any, epochs: int, resume_at: int) -> tu
     return plan_epochs(sl.sift_config, sizes, b, sl.delay.progress, pending, epochs, resume_at)
 
 
-def exact_pass_length(sl: LoaderParts, source: Any, skip: int) -> int | None:
+def exact_pass_length(sl: SiftingParts, source: Any, skip: int) -> int | None:
     """The batches the loader ``sl``'s next pass emits (what is left of it after ``skip``
     consumed source batches), when known exactly in advance: fixed or topk mode over a sized source;
     else None. A resumed pass counts what is left of it, so that its look-ahead scores the

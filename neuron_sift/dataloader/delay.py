@@ -5,6 +5,10 @@ during the delay the loss history is still empty, so there is nothing to judge a
 against, and the source batches are training steps too.
 """
 
+from typing import Any
+
+from neuron_sift.shared.state_checks import need_int, need_mapping
+
 
 class SiftDelay:
     """How many of the delayed source batches have passed; its ``state_dict`` carries that."""
@@ -28,5 +32,11 @@ class SiftDelay:
     def state_dict(self) -> dict:
         return {"progress": self.progress}
 
+    def check_state(self, state: Any) -> None:
+        """Refuse a state that is not a count of delayed source batches passed (an int >= 0;
+        one above ``sift_delay`` is a run's with a longer delay: no batch is delayed)."""
+        need_int(need_mapping(state, "delay", ("progress",))["progress"], "delay.progress", 0)
+
     def load_state_dict(self, state: dict) -> None:
+        self.check_state(state)
         self.progress = int(state["progress"])

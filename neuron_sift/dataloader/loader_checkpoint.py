@@ -6,6 +6,11 @@ state), ``counts``, ``delay``, ``epoch`` (the loader's ``PassPosition``), ``agre
 data-parallel agreement in progress) and ``pending`` (kept samples not yet emitted, as
 plain data). Everything loads with ``torch.load(..., weights_only=True)``.
 
+The parts that are objects of their own (the sifter, counts, delay, position, agreement)
+are ``shared.state_parts.StatePart``s; ``loader`` and ``pending`` are the loader's own
+fields, checked here. Every part's state is checked before any part loads: a refused state
+leaves the loader as it was.
+
 Version 1 (neuron_sift 0.2.0) kept the same values in one flat dict; it is converted on
 load. The envelope (``kind``, ``version``, the content's checksum, the refusals) is
 ``neuron_sift.shared.checkpoints``.
@@ -14,20 +19,32 @@ load. The envelope (``kind``, ``version``, the content's checksum, the refusals)
 import logging
 from typing import Any
 
-from neuron_sift.data_model.saved_batch import SavedBatch, to_cpu
-from neuron_sift.dataloader.parts import LoaderParts, PassPosition
-from neuron_sift.engine.state import SiftState
+from neuron_sift.data_model.saved_batch import SavedBatch
+from neuron_sift.dataloader.parts import PassPosition, SiftingParts
 from neuron_sift.shared.checkpoints import StateFormat
 from neuron_sift.shared.logs import LOADER_LOGGER
+from neuron_sift.shared.state_checks import describe, invalid, need_int, need_mapping
+from neuron_sift.shared.state_parts import StatePart, check_parts
 
 logger = logging.getLogger(LOADER_LOGGER)
 
 PARTS = ("loader", "sift_state", "counts", "delay", "epoch", "agreement", "pending")
 
 
-def loader_state(sl: LoaderParts) -> dict[str, Any]:
+def state_parts(sl: SiftingParts) -> dict[str, StatePart]:
+    """The loader's parts that save, check and load their own state, by name."""
+    return {
+        "sift_state": sl.sifter,
+        "counts": sl.counts,
+        "delay": sl.delay,
+        "epoch": sl.position,
+        "agreement": sl.agreement,
+    }
+
+
+def loader_state(sl: SiftingParts) -> dict[str, Any]:
     """``SiftingDataloader.state_dict()`` of the loader ``sl`` (see there)."""
-    sift_state = to_cpu(sl.sifter.state.tensors())
+    sift_state = sl.sifter.state_dict()
     return FORMAT.write(
         {
             "loader": {
@@ -82,10 +99,33 @@ def epoch_in_progress(state: dict[str, Any]) -> bool:
     return bool(state["epoch"]["in_progress"])
 
 
-def restore_loader_state(sl: LoaderParts, state: dict[str, Any]) -> None:
-    """``SiftingDataloader.load_state_dict()`` into the loader ``sl`` (see there)."""
+def restore_loader_state(sl: SiftingParts, state: dict[str, Any]) -> None:
+    """``SiftingDataloader.load_state_dict()`` into the loader ``sl`` (see there): every
+    part's state checked (``check_loader_state``) before any part loads."""
     state = FORMAT.read(state)
+    check_loader_state(sl, state)
     meta = state["loader"]
+    if meta.get("beta_value") is not None and meta["beta_value"] != sl.sift_config.beta_value:
+        logger.warning(
+            "SiftingDataloader: resumed a checkpoint taken with beta_value=%r under beta_value=%r: selections from "
+            "here on keep samples with the new one (the loss history, counters and pending samples stay valid)",
+            meta["beta_value"],
+            sl.sift_config.beta_value,
+        )
+    sl.agreement.load_state_dict(state["agreement"])
+    sl.sifter.load_state_dict(state["sift_state"])  # the sifter places it
+    sl.counts.load_state_dict(state["counts"])
+    sl.delay.load_state_dict(state["delay"])
+    position = PassPosition()
+    position.load_state_dict(state["epoch"])
+    sl.position = position  # a new object: a pass made before the load keeps its own
+    sl.restore_pending(meta["batch_size"], state["pending"])
+
+
+def check_loader_state(sl: SiftingParts, state: dict[str, Any]) -> None:
+    """Refuse a state (as ``FORMAT.read`` returns it) the loader ``sl`` cannot restore: its
+    settings (``loader``), each part's own state, the pending samples; changes nothing."""
+    meta = need_mapping(state["loader"], "loader", ("selection_mode", "loss_history_length", "batch_size"))
     theirs = (meta.get("rank", 0), meta.get("world_size", 1))
     if theirs != (sl.ranks.rank, sl.ranks.world_size):
         raise ValueError(
@@ -105,27 +145,30 @@ def restore_loader_state(sl: LoaderParts, state: dict[str, Any]) -> None:
             f"the checkpoint's pending samples and emitted batches hold {saved_batch} samples each. Resume with the "
             "source loader's batch size the checkpoint was saved with"
         )
-    if meta.get("beta_value") is not None and meta["beta_value"] != sl.sift_config.beta_value:
-        logger.warning(
-            "SiftingDataloader: resumed a checkpoint taken with beta_value=%r under beta_value=%r: selections from "
-            "here on keep samples with the new one (the loss history, counters and pending samples stay valid)",
-            meta["beta_value"],
-            sl.sift_config.beta_value,
-        )
+    if saved_batch is not None:
+        need_int(saved_batch, "loader.batch_size", 1)
+    check_parts(state_parts(sl), state)
     pending = state["pending"]
-    restored = 0 if pending is None else _saved_size(pending)
+    restored = 0 if pending is None else _saved_size(pending, saved_batch)
     if restored != int(state["counts"]["num_samples_pending"]):
         raise ValueError(
             f"inconsistent checkpoint: {restored} pending samples saved, counts say "
             f"{state['counts']['num_samples_pending']}"
         )
-    sl.agreement.load_state_dict(state["agreement"])
-    sl.sifter.state = SiftState(**{k: v.cpu() for k, v in state["sift_state"].items()})  # the sifter places it
-    sl.counts.load_state_dict(state["counts"])
-    sl.delay.load_state_dict(state["delay"])
-    sl.position = PassPosition.from_state(state["epoch"])
-    sl.restore_pending(meta["batch_size"], pending)
 
 
-def _saved_size(pending: dict[str, Any]) -> int:
-    return SavedBatch(pending).size
+def _saved_size(pending: Any, batch_size: int | None) -> int:
+    """How many samples the saved ``pending`` ones are (refused unless saved ones of a known
+    batch size)."""
+    try:
+        saved = SavedBatch(pending)
+    except ValueError as e:
+        invalid("pending", f"must be None or saved pending samples ({e})")
+    if batch_size is None:
+        invalid("pending", "holds samples but loader.batch_size is None (pending samples come after a scored batch)")
+    if saved.is_default:
+        return need_int(need_mapping(pending, "pending", ("size", "signature", "leaves"))["size"], "pending.size", 0)
+    inputs = need_mapping(pending, "pending", ("inputs", "labels"))["inputs"]
+    if not hasattr(inputs, "__len__"):
+        invalid("pending.inputs", f"must be a list or tensor of samples, got {describe(inputs)}")
+    return saved.size

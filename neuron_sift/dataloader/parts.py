@@ -26,6 +26,7 @@ from neuron_sift.engine.sifter import Sifter
 from neuron_sift.shared.counts import PhaseTimings
 from neuron_sift.shared.iterators import IteratorGeneration
 from neuron_sift.shared.ranks import RankGroup
+from neuron_sift.shared.state_checks import invalid, need_bool, need_int, need_mapping
 from neuron_sift.sift_config.sift_configs import RelativeProbabilisticSiftConfig
 
 
@@ -48,12 +49,31 @@ class PassPosition:
     def state_dict(self) -> dict:
         return asdict(self)
 
+    def check_state(self, state: Any) -> None:
+        """Refuse a state that is not epochs started, whether the last is under way and the
+        source batches of it consumed (an epoch under way is one started)."""
+        need_mapping(state, "epoch", ("epoch", "in_progress", "consumed"))
+        started = need_int(state["epoch"], "epoch.epoch", 0)
+        if need_bool(state["in_progress"], "epoch.in_progress") and started == 0:
+            invalid("epoch.in_progress", "is True but no epoch was started (epoch.epoch is 0)")
+        need_int(state["consumed"], "epoch.consumed", 0)
+
+    def load_state_dict(self, state: dict) -> None:
+        self.check_state(state)
+        self.epoch, self.in_progress, self.consumed = (
+            int(state["epoch"]),
+            bool(state["in_progress"]),
+            int(state["consumed"]),
+        )
+
     @classmethod
     def from_state(cls, state: dict) -> "PassPosition":
-        return cls(int(state["epoch"]), bool(state["in_progress"]), int(state["consumed"]))
+        position = cls()
+        position.load_state_dict(state)
+        return position
 
 
-class LoaderParts(Protocol):
+class SiftingParts(Protocol):
     """What ``SiftingPass`` and ``loader_checkpoint.py`` use of a ``SiftingDataloader``."""
 
     # the user's arguments
@@ -93,7 +113,7 @@ class LoaderParts(Protocol):
     def restore_pending(self, batch_size: int | None, saved: dict | None) -> None: ...
 
 
-def new_pending_store(sl: LoaderParts, default_batch: bool) -> PendingStore:
+def new_pending_store(sl: SiftingParts, default_batch: bool) -> PendingStore:
     """The backend's pending store for the loader ``sl``, once its batch size is known: added
     to in rows of fixed mode's keep count (else of a batch), bounded by ``max_pending`` when
     the ranks agree on emission; ``default_batch``: for batches of the default handling."""
@@ -104,7 +124,7 @@ def new_pending_store(sl: LoaderParts, default_batch: bool) -> PendingStore:
     return sl.backend.pending_store(b, rows, limit, default_batch)
 
 
-def restored_pending_store(sl: LoaderParts, saved: dict) -> PendingStore:
+def restored_pending_store(sl: SiftingParts, saved: dict) -> PendingStore:
     """A pending store for ``sl`` holding a checkpoint's ``saved`` pending samples."""
     restored = SavedBatch(saved)
     store = new_pending_store(sl, restored.is_default)

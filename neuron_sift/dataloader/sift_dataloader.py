@@ -8,7 +8,7 @@ is delayed, carried over or dropped), its position (``parts.PassPosition``), the
 (``backends/pending.py``), the data-parallel agreement (``agreement.py``), the delay
 (``delay.py``) and the counts (``sifting_counts.py``). The checkpoint is their composition
 plus a version (``loader_checkpoint.py``); the batches a pass will emit are counted ahead
-in ``batch_counts.py``. These see the loader through ``parts.LoaderParts``.
+in ``batch_counts.py``. These see the loader through ``parts.SiftingParts``.
 """
 
 import logging

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from neuron_sift.data_model.data_model_interface import SiftingBatch
-from neuron_sift.dataloader.parts import LoaderParts, PassPosition
+from neuron_sift.dataloader.parts import PassPosition, SiftingParts
 from neuron_sift.dataloader.sample_ids import SampleIds
 from neuron_sift.exceptions import UnsupportedDataFormatException, add_context
 from neuron_sift.shared.logs import LOADER_LOGGER
@@ -94,7 +94,7 @@ class SiftingPass:
     fixes the point of the look-ahead.
     """
 
-    def __init__(self, loader: LoaderParts, number: int, position: PassPosition, skip: int, planned: int | None):
+    def __init__(self, loader: SiftingParts, number: int, position: PassPosition, skip: int, planned: int | None):
         self.loader = loader
         self.number = number
         self.position = position

@@ -1,19 +1,18 @@
 """The engine object: owns the device state and turns per-sample losses into selections."""
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
 import neuron_sift.engine.step as step_module
 from neuron_sift.backends.base import Backend
 from neuron_sift.engine.cpu_step import HostSiftState, HostStepOutput, host_kernels_available, sift_step_cpu
-from neuron_sift.engine.state import SiftState
+from neuron_sift.engine.state import MAX_SEED, SiftState
 from neuron_sift.engine.step import StepConstants, StepOutput, flat_inputs, flat_step, from_flat, sift_step
 from neuron_sift.exceptions import SiftConfigValidationException
 from neuron_sift.shared.ranks import RankGroup
 from neuron_sift.sift_config.sift_configs import RelativeProbabilisticSiftConfig
-
-_MAX_SEED = 2**31 - 1
 
 
 class Sifter:
@@ -52,7 +51,7 @@ class Sifter:
         self._host_state: HostSiftState | None = None
         self._consts: dict[int, StepConstants] = {}  # per padded batch size (device step)
         self._step_fns: dict[tuple, Callable] = {}  # flat_step per key (see step())
-        self._seed = int(seed) % _MAX_SEED
+        self._seed = int(seed) % MAX_SEED
         # Made on the CPU; the setter places it (reading the seed there needs no device read).
         self.state = SiftState.create(config.loss_history_length, self._seed, torch.device("cpu"))
         self.global_history = bool(config.global_loss_history and ranks is not None and ranks.active)
@@ -80,6 +79,19 @@ class Sifter:
         else:
             self._device_state = value.to(self.backend.device)
             self._consts = {}  # they depend on the seed
+
+    # -- checkpoints: the state as CPU tensors by name (SiftState.tensors) -----------------
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().cpu() for k, v in self.state.tensors().items()}
+
+    def check_state(self, state: Any) -> None:
+        """Refuse a state this sifter cannot restore (``SiftState.check``); changes nothing."""
+        SiftState.check(state, self.config.loss_history_length)
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.check_state(state)
+        self.state = SiftState(**{k: v.cpu() for k, v in state.items()})  # the setter places it
 
     def fixed_keep_count(self, batch_size: int) -> int:
         """k for a full batch; an error when it is 0 (fixed or topk mode would never emit)."""

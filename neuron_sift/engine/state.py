@@ -1,8 +1,14 @@
 """Sifting state: every tensor that decides future selections, on the model's device."""
 
 from dataclasses import dataclass, fields
+from typing import Any
 
+import numpy as np
 import torch
+
+from neuron_sift.shared.state_checks import describe, invalid, need_int, need_mapping, need_values, need_vector
+
+MAX_SEED = 2**31 - 1  # seeds are taken modulo it (``Sifter``)
 
 
 @dataclass
@@ -38,6 +44,29 @@ class SiftState:
             num_kept=scalar(0),
             num_nonfinite=scalar(0),
         )
+
+    @staticmethod
+    def check(state: Any, history_length: int) -> None:
+        """Refuse a saved state (CPU tensors by name, as ``tensors()``) that is not a loss
+        history of ``history_length`` finite losses with its int64 scalars in range (the
+        ring buffer's write position below its length, its fill at most that, no more kept
+        than scored): a ``ValueError`` naming the field (``sift_state.pos``)."""
+        names = [f.name for f in fields(SiftState)]
+        need_mapping(state, "sift_state", names)
+        unknown = sorted(map(str, set(state) - set(names)))
+        if unknown:
+            invalid("sift_state", f"has unknown entries {', '.join(unknown)}")
+        history = need_vector(state["history"], "sift_state.history", torch.float32, history_length, "loss kept")
+        need_values(history, "sift_state.history", -np.inf)  # any finite loss; never NaN or infinite
+        highs = {"pos": history_length - 1, "fill": history_length, "seed": MAX_SEED - 1}
+        values = {}
+        for name in names[1:]:
+            field, value = f"sift_state.{name}", state[name]
+            if not isinstance(value, torch.Tensor) or value.dim() != 0 or value.dtype != torch.int64:
+                invalid(field, f"must be an int64 scalar tensor, got {describe(value)}")
+            values[name] = need_int(int(value), field, 0, highs.get(name))
+        if values["num_kept"] > values["num_scored"]:
+            invalid("sift_state.num_kept", f"is {values['num_kept']}, more than the {values['num_scored']} scored")
 
     def tensors(self) -> dict[str, torch.Tensor]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

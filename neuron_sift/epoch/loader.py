@@ -22,7 +22,7 @@ from neuron_sift.backends.base import Backend
 from neuron_sift.epoch.planning.plan import EpochPlan, PlanSettings
 from neuron_sift.epoch.planning.planned_counts import check_planned_counts
 from neuron_sift.epoch.planning.rank_settings import agreed_settings, plan_seed
-from neuron_sift.epoch.resuming.loader_state import LoaderParts
+from neuron_sift.epoch.resuming.loader_state import EpochParts
 from neuron_sift.epoch.resuming.run_states import own_state, resume_from_ranks
 from neuron_sift.epoch.resuming.state_layout import STATE_VERSION
 from neuron_sift.epoch.running.history import EpochHistory
@@ -145,7 +145,7 @@ class EpochSiftingDataloader:
         self.recorder = LossRecorder(
             self.pairing, self.planner, self.tables, self.shares, self.progress, self.history, self._backend_for
         )
-        self._parts = LoaderParts(
+        self._parts = EpochParts(
             self.planner,
             self.progress,
             self.tables,

@@ -64,8 +64,8 @@ def _reown(read: list[dict[str, Any]], planner: EpochPlanner) -> dict[str, Any]:
 
 
 SCORE_TABLE_REGISTRY: dict[str, ScoreTable] = {
-    "replicated": ScoreTable("replicated", _replicated, RankShares.check_state, reshard),
-    "sharded": ScoreTable("sharded", _sharded, OwnedShares.check_state, _reown),
+    "replicated": ScoreTable("replicated", _replicated, RankShares.check_sized, reshard),
+    "sharded": ScoreTable("sharded", _sharded, OwnedShares.check_sized, _reown),
 }
 
 

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import Any, TypeVar
 
+from neuron_sift.shared.state_checks import need_int, need_mapping
+
 T = TypeVar("T")
 
 
@@ -23,6 +25,7 @@ class CountSet:
 
     NEWER: tuple[str, ...] = ()
     IGNORED: tuple[str, ...] = ()  # saved for readers, restored from elsewhere (neither required nor set)
+    PART = "counts"  # the part's name in its loader's state, for a refusal's message
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -34,17 +37,28 @@ class CountSet:
     def state_dict(self) -> dict[str, int]:
         return self.as_dict()
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def check_state(self, state: Any) -> None:
+        """Refuse a state with an unknown count, without one (but ``NEWER`` ones), or with a
+        count that is not an int >= 0; changes nothing."""
+        field = self.PART
+        need_mapping(state, field)
         names = self.names()
         unknown = sorted(set(state) - set(names) - set(self.IGNORED))
         if unknown:
             raise ValueError(f"unknown count(s) in the checkpoint: {unknown}")
-        restored = [n for n in names if n not in self.IGNORED]
-        missing = [n for n in restored if n not in state and n not in self.NEWER]
+        missing = [n for n in self._restored() if n not in state and n not in self.NEWER]
         if missing:
             raise ValueError(f"incomplete checkpoint: no count {', '.join(missing)}")
-        for name in restored:
+        for name, value in state.items():
+            need_int(value, f"{field}.{name}", 0)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.check_state(state)
+        for name in self._restored():
             setattr(self, name, int(state.get(name, 0)))
+
+    def _restored(self) -> list[str]:
+        return [n for n in self.names() if n not in self.IGNORED]
 
 
 class PhaseTimings:

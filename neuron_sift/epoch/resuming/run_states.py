@@ -14,7 +14,7 @@ import torch
 
 from neuron_sift.epoch.planning.planner import EpochPlanner
 from neuron_sift.epoch.planning.run_identity import RUN_WIDE
-from neuron_sift.epoch.resuming.state_layout import FORMAT, SharesCheck, check_state
+from neuron_sift.epoch.resuming.state_layout import FORMAT, SharesCheck, check_rank_state
 from neuron_sift.shared.state_checks import need_int, need_mapping
 
 
@@ -107,10 +107,10 @@ def check_lockstep(read: list[dict[str, Any]], sharded: bool) -> None:
 
 
 def check_each(read: list[dict[str, Any]], planner: EpochPlanner, shares: SharesCheck) -> None:
-    """Each old rank's state checked as that rank's loader checks its own (``check_state``)."""
+    """Each old rank's state checked as that rank's loader checks its own (``check_rank_state``)."""
     for r, s in enumerate(read):
         try:
-            check_state(s, planner.as_rank(len(read), r), shares)
+            check_rank_state(s, planner.as_rank(len(read), r), shares)
         except ValueError as e:
             raise ValueError(f"rank {r}'s state (of {len(read)}): {e}") from None
 

@@ -44,10 +44,10 @@ from typing import Any
 
 import torch
 
+from neuron_sift.epoch.planning.plan_checks import check_progress_state
 from neuron_sift.epoch.planning.planner import EpochPlanner
 from neuron_sift.epoch.running.history import EpochHistory
 from neuron_sift.epoch.running.pairing import PairingQueue
-from neuron_sift.epoch.running.progress import EpochProgress
 from neuron_sift.epoch.scores.tables import ScoreTables
 from neuron_sift.epoch.selection.guard import NoiseGuard
 from neuron_sift.epoch.selection.start_rule import StartRule
@@ -121,18 +121,23 @@ FORMAT = StateFormat(STATE_KIND, STATE_VERSION, PARTS, upgrades={1: _from_versio
 SharesCheck = Callable[[Any, int], None]
 
 
-def check_state(state: dict[str, Any], planner: EpochPlanner, shares: SharesCheck) -> None:
+def check_rank_state(state: dict[str, Any], planner: EpochPlanner, shares: SharesCheck) -> None:
     """Every part's check of its own state (``state`` as ``FORMAT.read`` returns it) for the
     loader of ``planner``'s rank, or a ``ValueError`` naming the field: run before any part
     loads, so a refused state leaves the loader as it was. ``shares``: the score table's
-    check of the shares' state (``RankShares.check_state`` or ``OwnedShares.check_state``)."""
+    check of the shares' state (``RankShares.check_sized`` or ``OwnedShares.check_sized``).
+
+    Why by a rank's planner and not by the parts' own ``check_state``: the same checks judge
+    every old rank's state against that rank's layout (``run_states.check_each``), and the
+    tables' state against the size the state's own plan gives them (its hosted guests).
+    Each part's ``check_state`` is the same check for its own loader's rank."""
     planner.check_state(state["planner"])
-    plan = EpochProgress.check_state(state["progress"], planner)
+    plan = check_progress_state(planner, state["progress"])[0]
     if need_bool(state["in_progress"], "in_progress") != state["progress"]["in_progress"]:
         invalid("in_progress", "differs from progress.in_progress (it is a copy of it)")
-    ScoreTables.check_state(state["tables"], planner.table_size_for(plan))
+    ScoreTables.check_sized(state["tables"], planner.table_size_for(plan))
     shares(state["shares"], planner.n)
-    NoiseGuard.check_state(state["guard"], planner.owned_entries)
-    StartRule.check_state(state["start"], planner.owned_entries)
+    NoiseGuard.check_sized(state["guard"], planner.owned_entries)
+    StartRule.check_sized(state["start"], planner.owned_entries)
     PairingQueue.check_state(state["pairing"])
     EpochHistory.check_state(state["history"])

@@ -64,6 +64,7 @@ class PairingCounts(CountSet):
 
     NEWER = ("batches_skipped",)  # a state from before skip_batch() skipped none
     IGNORED = ("dropped_batches",)  # saved beside the counts, restored by the queue itself
+    PART = "pairing"
 
     losses_recorded: int = 0
     batches_recorded: int = 0
@@ -297,10 +298,11 @@ class PairingQueue:
             return {**self._counts.state_dict(), "dropped_batches": self.dropped_batches}
 
     @staticmethod
-    def check_state(state: dict[str, Any]) -> None:
-        """Refuse counts this queue cannot restore, before any part of a loader is changed."""
+    def check_state(state: Any) -> None:
+        """Refuse counts this queue cannot restore, before any part of a loader is changed
+        (static: no queue's context is needed)."""
         counts = {key: need_int(value, f"pairing.{key}", 0) for key, value in need_mapping(state, "pairing").items()}
-        PairingCounts().load_state_dict(state)
+        PairingCounts().check_state(state)
         require(state, ("dropped_batches",), "the pairing state")
         done = counts["batches_recorded"] + counts.get("batches_skipped", 0)
         if done > counts["batches_yielded"]:

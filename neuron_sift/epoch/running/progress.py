@@ -203,14 +203,13 @@ class EpochProgress:
             "plan": None if self.plan is None else self.plan.state_dict(),
         }
 
-    @staticmethod
-    def check_state(state: dict[str, Any], planner: EpochPlanner) -> EpochPlan | None:
-        """Refuse a state ``planner``'s rank cannot resume (``plan_checks``), naming the field;
-        returns its plan (sharing the state's tensors)."""
-        return check_progress_state(planner, state)[0]
+    def check_state(self, state: Any) -> None:
+        """Refuse a state this loader's rank (its planner's) cannot resume (``plan_checks``),
+        naming the field."""
+        check_progress_state(self.planner, state)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.check_state(state, self.planner)
+        self.check_state(state)
         self.epochs_started = int(state["epochs_started"])
         self.position = int(state["position"])
         self.plan = None if state["plan"] is None else EpochPlan.from_state(state["plan"])

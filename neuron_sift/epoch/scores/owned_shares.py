@@ -70,14 +70,18 @@ class OwnedShares:
     def state_dict(self) -> dict[str, Any]:
         return {}
 
+    def check_state(self, state: Any) -> None:
+        """Refuse anything but the empty state."""
+        self.check_sized(state, 0)
+
     @staticmethod
-    def check_state(state: Any, n: int) -> None:
+    def check_sized(state: Any, n: int) -> None:
         """Refuse anything but the empty state (a sharded table keeps no marks; ``n`` unused)."""
         if need_mapping(state, "shares"):
             invalid("shares", f"must be empty under a sharded score table, got keys {sorted(map(str, state))}")
 
-    def load_state_dict(self, state: dict[str, Any], plan: EpochPlan | None) -> None:
+    def load_state_dict(self, state: dict[str, Any], plan: EpochPlan | None = None) -> None:
         """The empty state; the guests of ``plan`` (a checkpoint's plan in progress) are
         hosted after the owned slots, so the tables can be sized for them."""
-        self.check_state(state, 0)
+        self.check_state(state)
         self.planner.owner.adopt(self.planner.guests_of(plan))

@@ -59,8 +59,12 @@ class RankShares:
     def state_dict(self) -> dict[str, Any]:
         return {"mine": self.mine.clone(), "carried": self.carried.clone()}
 
+    def check_state(self, state: Any) -> None:
+        """Refuse a state that is not two marks per sample of this rank's dataset."""
+        self.check_sized(state, self.mine.shape[0])
+
     @staticmethod
-    def check_state(state: Any, n: int) -> None:
+    def check_sized(state: Any, n: int) -> None:
         """Refuse a state that is not two marks per sample (``n``)."""
         need_mapping(state, "shares", ("mine", "carried"))
         for key in ("mine", "carried"):
@@ -69,7 +73,7 @@ class RankShares:
     def load_state_dict(self, state: dict[str, Any], plan: EpochPlan | None = None) -> None:
         """The marks; ``plan`` (the checkpoint's plan in progress) needs nothing here, where
         the table holds every sample."""
-        self.check_state(state, self.mine.shape[0])
+        self.check_state(state)
         self.mine = state["mine"].clone()
         self.carried = state["carried"].clone()
 

@@ -251,8 +251,12 @@ class ScoreTables:
         are not kept: they follow from the plan in progress."""
         return {"scores": self.snapshot(), "nonfinite": self.nonfinite()}
 
+    def check_state(self, state: Any) -> None:
+        """Refuse a state that is not this table's ``n`` scores and a count."""
+        self.check_sized(state, self.n)
+
     @staticmethod
-    def check_state(state: Any, size: int) -> None:
+    def check_sized(state: Any, size: int) -> None:
         """Refuse a state that is not ``size`` scores (finite, or NaN: never scored) and a count."""
         need_mapping(state, "tables", ("scores", "nonfinite"))
         scores = need_vector(state["scores"], "tables.scores", torch.float32, size, "entry of this rank's table")
@@ -260,6 +264,6 @@ class ScoreTables:
         need_int(state["nonfinite"], "tables.nonfinite", 0)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.check_state(state, self.n)
+        self.check_state(state)
         self.load_scores(state["scores"])
         self.set_nonfinite(int(state["nonfinite"]))

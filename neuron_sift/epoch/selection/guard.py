@@ -112,8 +112,12 @@ class NoiseGuard:
     def state_dict(self) -> dict[str, Any]:
         return {"streak": self.streak.clone()}
 
+    def check_state(self, state: Any) -> None:
+        """Refuse a state that is not streaks of this rank's ``n`` table entries (or none)."""
+        self.check_sized(state, self.n)
+
     @staticmethod
-    def check_state(state: Any, n: int) -> None:
+    def check_sized(state: Any, n: int) -> None:
         """Refuse a state that is not a streak per table entry (``n``; none: the guard was off)."""
         need_mapping(state, "guard", ("streak",))
         streak = need_vector(state["streak"], "guard.streak", torch.int32)
@@ -125,7 +129,7 @@ class NoiseGuard:
         need_values(streak, "guard.streak", 0)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.check_state(state, self.n)
+        self.check_state(state)
         streak = state["streak"]
         if self.enabled and streak.numel() == 0:  # a state of a run with the guard off: no streaks yet
             streak = torch.zeros(self.n, dtype=torch.int32)

@@ -119,8 +119,12 @@ class StartRule:
     def state_dict(self) -> dict[str, Any]:
         return {"previous": torch.from_numpy(self.previous.copy()), "started": self.started}
 
+    def check_state(self, state: Any) -> None:
+        """Refuse a state that is not percentiles of this rank's ``n`` table entries (or none)."""
+        self.check_sized(state, self.n)
+
     @staticmethod
-    def check_state(state: Any, n: int) -> None:
+    def check_sized(state: Any, n: int) -> None:
         """Refuse a state that is not a percentile (or NaN) per table entry (``n``; none: the rule was off)."""
         need_mapping(state, "start", ("previous", "started"))
         need_bool(state["started"], "start.started")
@@ -135,7 +139,7 @@ class StartRule:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """A state of a run with the rule off (or of 0.8.0: none) has no percentiles: the next
         opening then has nothing to compare with, and its epoch trains every sample."""
-        self.check_state(state, self.n)
+        self.check_state(state)
         previous = state["previous"].numpy().astype(np.float32)
         if not self.enabled:
             previous = np.zeros(0, dtype=np.float32)
