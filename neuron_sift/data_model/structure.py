@@ -157,5 +157,21 @@ class BatchStructure:
         return self is other or self == other
 
 
+def signature_leaves(signature: Any) -> int | None:
+    """How many leaves a ``BatchStructure.signature()`` names (None: not a signature)."""
+    if signature == ["leaf"]:
+        return 1
+    if isinstance(signature, list) and len(signature) == 3 and signature[0] == "map":
+        children = signature[2]
+    elif isinstance(signature, list) and len(signature) == 2 and signature[0] == "seq":
+        children = signature[1]
+    else:
+        return None
+    if not isinstance(children, list):
+        return None
+    counts = [signature_leaves(c) for c in children]
+    return None if any(c is None for c in counts) else sum(c for c in counts if c is not None)
+
+
 _LEAF_NODES: dict[int, BatchStructure] = {}
 _FIELDS_NODES: dict[tuple[type, int], BatchStructure] = {}

@@ -19,8 +19,11 @@ load. The envelope (``kind``, ``version``, the content's checksum, the refusals)
 import logging
 from typing import Any
 
+import torch
+
 from neuron_sift.data_model.saved_batch import SavedBatch
-from neuron_sift.dataloader.parts import PassPosition, SiftingParts
+from neuron_sift.data_model.structure import signature_leaves
+from neuron_sift.dataloader.parts import PassPosition, SiftingParts, restored_pending_store
 from neuron_sift.shared.checkpoints import StateFormat
 from neuron_sift.shared.logs import LOADER_LOGGER
 from neuron_sift.shared.state_checks import describe, invalid, need_int, need_mapping
@@ -105,6 +108,8 @@ def restore_loader_state(sl: SiftingParts, state: dict[str, Any]) -> None:
     state = FORMAT.read(state)
     check_loader_state(sl, state)
     meta = state["loader"]
+    saved = state["pending"]  # restored into a store of its own first: a failure changes nothing
+    pending = None if saved is None else restored_pending_store(sl, saved, meta["batch_size"])
     if meta.get("beta_value") is not None and meta["beta_value"] != sl.sift_config.beta_value:
         logger.warning(
             "SiftingDataloader: resumed a checkpoint taken with beta_value=%r under beta_value=%r: selections from "
@@ -119,7 +124,7 @@ def restore_loader_state(sl: SiftingParts, state: dict[str, Any]) -> None:
     position = PassPosition()
     position.load_state_dict(state["epoch"])
     sl.position = position  # a new object: a pass made before the load keeps its own
-    sl.restore_pending(meta["batch_size"], state["pending"])
+    sl.restore_pending(meta["batch_size"], pending)
 
 
 def check_loader_state(sl: SiftingParts, state: dict[str, Any]) -> None:
@@ -167,8 +172,37 @@ def _saved_size(pending: Any, batch_size: int | None) -> int:
     if batch_size is None:
         invalid("pending", "holds samples but loader.batch_size is None (pending samples come after a scored batch)")
     if saved.is_default:
-        return need_int(need_mapping(pending, "pending", ("size", "signature", "leaves"))["size"], "pending.size", 0)
+        fields = need_mapping(pending, "pending", ("size", "signature", "leaves"))
+        size = need_int(fields["size"], "pending.size", 0)
+        _check_leaves(fields["leaves"], fields["signature"], size)
+        return size
     inputs = need_mapping(pending, "pending", ("inputs", "labels"))["inputs"]
     if not hasattr(inputs, "__len__"):
         invalid("pending.inputs", f"must be a list or tensor of samples, got {describe(inputs)}")
     return saved.size
+
+
+def _check_leaves(leaves: Any, signature: Any, size: int) -> None:
+    """The saved leaves: as many as the signature names, each an ``axis`` and a ``value`` (a
+    tensor, or a list of per-sample objects) holding ``size`` samples along it; their
+    containers are bound to the first batch after the resume, which checks the signature."""
+    if not isinstance(leaves, list):
+        invalid("pending.leaves", f"must be a list, got {describe(leaves)}")
+    named = signature_leaves(signature)
+    if named is None:
+        invalid("pending.signature", f"is not a batch structure's signature: {describe(signature)}")
+    if len(leaves) != named:
+        invalid("pending.leaves", f"holds {len(leaves)} leaves but the signature names {named}")
+    for i, leaf in enumerate(leaves):
+        fields = need_mapping(leaf, f"pending.leaves[{i}]", ("axis", "value"))
+        axis, value = fields["axis"], fields["value"]
+        if not isinstance(axis, int) or isinstance(axis, bool):
+            invalid(f"pending.leaves[{i}].axis", f"must be an int, got {describe(axis)}")
+        if isinstance(value, torch.Tensor):
+            held = value.shape[axis] if 0 <= axis < value.dim() else None
+        elif isinstance(value, list):  # a leaf of per-sample objects (strings, dicts): along axis 0 its length
+            held = len(value) if axis == 0 else size
+        else:
+            invalid(f"pending.leaves[{i}].value", f"must be a tensor or a list of samples, got {describe(value)}")
+        if held != size:
+            invalid(f"pending.leaves[{i}]", f"does not hold {size} samples along axis {axis}")

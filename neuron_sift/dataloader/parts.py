@@ -110,23 +110,29 @@ class SiftingParts(Protocol):
 
     def pending_store_for(self, batch: SiftingBatch) -> PendingStore: ...
 
-    def restore_pending(self, batch_size: int | None, saved: dict | None) -> None: ...
+    def restore_pending(self, batch_size: int | None, pending: PendingStore | None) -> None: ...
 
 
-def new_pending_store(sl: SiftingParts, default_batch: bool) -> PendingStore:
-    """The backend's pending store for the loader ``sl``, once its batch size is known: added
-    to in rows of fixed mode's keep count (else of a batch), bounded by ``max_pending`` when
-    the ranks agree on emission; ``default_batch``: for batches of the default handling."""
-    b = sl.batch_size
+def new_pending_store(sl: SiftingParts, default_batch: bool, batch_size: int | None = None) -> PendingStore:
+    """The backend's pending store for the loader ``sl``, once its batch size is known (or
+    ``batch_size``, a checkpoint's): added to in rows of fixed mode's keep count (else of a
+    batch), bounded by ``max_pending`` when the ranks agree on emission; ``default_batch``:
+    for batches of the default handling."""
+    b = sl.batch_size if batch_size is None else batch_size
     assert b is not None  # learned from the first scored batch, or restored with the checkpoint
     rows = sl.sifter.fixed_keep_count(b) if sl.sift_config.keeps_exact_count else b
     limit = sl.agreement.max_pending(b) if sl.agreement.coordinated else None
     return sl.backend.pending_store(b, rows, limit, default_batch)
 
 
-def restored_pending_store(sl: SiftingParts, saved: dict) -> PendingStore:
-    """A pending store for ``sl`` holding a checkpoint's ``saved`` pending samples."""
-    restored = SavedBatch(saved)
-    store = new_pending_store(sl, restored.is_default)
-    store.restore(restored)
+def restored_pending_store(sl: SiftingParts, saved: dict, batch_size: int | None = None) -> PendingStore:
+    """A pending store for ``sl`` holding a checkpoint's ``saved`` pending samples (of a
+    checkpoint's ``batch_size``), made without changing ``sl``: a checkpoint is read into it
+    before any part of the loader loads, so samples that cannot be restored change nothing."""
+    try:
+        restored = SavedBatch(saved)
+        store = new_pending_store(sl, restored.is_default, batch_size)
+        store.restore(restored)
+    except (TypeError, KeyError, IndexError, AttributeError, RuntimeError, ValueError) as e:
+        raise ValueError(f"invalid SiftingDataloader state: pending: its samples cannot be restored ({e})") from e
     return store

@@ -30,7 +30,7 @@ from neuron_sift.dataloader.batch_scorer import BatchScorer
 from neuron_sift.dataloader.delay import SiftDelay
 from neuron_sift.dataloader.loader_checkpoint import loader_state, restore_loader_state
 from neuron_sift.dataloader.notices import drop_notice, nonfinite_notice
-from neuron_sift.dataloader.parts import PassPosition, new_pending_store, restored_pending_store
+from neuron_sift.dataloader.parts import PassPosition, new_pending_store
 from neuron_sift.dataloader.payback import PaybackCheck
 from neuron_sift.dataloader.rank_settings import check_same_on_every_rank
 from neuron_sift.dataloader.sample_ids import SampleIds
@@ -314,12 +314,13 @@ class SiftingDataloader:
         self.iterations.void_all()
         self._resume = self.position.in_progress
 
-    def restore_pending(self, batch_size: int | None, saved: dict | None) -> None:
-        """Part of ``load_state_dict``: the batch size and the checkpoint's pending samples."""
+    def restore_pending(self, batch_size: int | None, pending: PendingStore | None) -> None:
+        """Part of ``load_state_dict``: the batch size and the store holding the checkpoint's
+        pending samples (``parts.restored_pending_store``, made before any part loaded)."""
         self._batch_size = batch_size
         if batch_size is not None and isinstance(self.batch_transforms, DefaultBatchTransform):
             self.batch_transforms.nominal_batch_size = first_batch_size(self._planning_loader, batch_size)
-        self.pending = None if saved is None else restored_pending_store(self, saved)
+        self.pending = pending
 
     # -- inspection ----------------------------------------------------------------------
 

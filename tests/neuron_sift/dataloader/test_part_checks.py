@@ -32,6 +32,12 @@ def damage_pending_size(state):
     state["pending"]["size"] = str(state["pending"]["size"])
 
 
+def damage_pending_leaves(state):
+    """A leaf of the pending samples dropped: the kind, size and count still agree, so only
+    restoring the samples finds it (before any part of the loader loads)."""
+    state["pending"]["leaves"] = state["pending"]["leaves"][:1]
+
+
 # part -> (the damage, the field the refusal names); each part's damage in a field of its own
 DAMAGES = {
     "loader": (lambda s: s["loader"].__setitem__("batch_size", 16.0), "loader.batch_size"),
@@ -48,6 +54,7 @@ DAMAGES = {
     "epoch-type": (lambda s: s["epoch"].__setitem__("in_progress", 1), "epoch.in_progress"),
     "agreement": (lambda s: s["agreement"].__setitem__("budget_left", -2), "agreement.budget_left"),
     "pending": (damage_pending_size, "pending.size"),
+    "pending-leaves": (damage_pending_leaves, "pending"),
 }
 
 
