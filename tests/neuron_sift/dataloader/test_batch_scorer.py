@@ -269,3 +269,42 @@ def test_a_scoring_model_on_another_device_is_refused():
             model=linear(1.0),
             scoring_model=scorer,
         )
+
+
+def test_ids_stay_paired_through_workers_a_peek_and_a_mid_pass_resume():
+    """A user's own sampler, a DataLoader worker prefetching, a peek with
+    ``next(iter(loader))`` (its prefetched indices never come), then a pass broken off,
+    checkpointed and resumed in a new loader: every kept sample is one of the lower-reference
+    half of its own source batch (the ids a prefetch or a stale pass left behind would pair
+    a batch with another batch's references)."""
+    n, b = 320, 16
+    g = torch.Generator().manual_seed(4)
+    losses, reference = torch.rand(n, generator=g), torch.rand(n, generator=g)
+    order = torch.randperm(n, generator=g).tolist()
+    keep = set()
+    for start in range(0, n, b):
+        block = order[start : start + b]
+        keep |= set(sorted(block, key=lambda i: float(reference[i]))[: b // 2])
+
+    def make():
+        from tests.neuron_sift.dataloader.fakes import LossTableDataset
+
+        source = DataLoader(LossTableDataset(losses), batch_size=b, sampler=order, num_workers=1)
+        return SiftingDataloader(
+            config("reference"),
+            source,
+            loss_impl=OracleLoss(),
+            model=tiny_model(),
+            reference=ReferenceTable.from_losses(reference),
+        )
+
+    loader = make()
+    seen = [int(i) for i in next(iter(loader))[0]]  # a peek
+    it = iter(loader)
+    for _ in range(4):
+        seen += [int(i) for i in next(it)[0]]
+    state = loader.state_dict()
+    resumed = make()
+    resumed.load_state_dict(state)
+    seen += [int(i) for ids, _ in resumed for i in ids]
+    assert seen and set(seen) <= keep
