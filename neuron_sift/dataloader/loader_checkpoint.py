@@ -53,6 +53,7 @@ def loader_state(sl: SiftingParts) -> dict[str, Any]:
             "loader": {
                 "selection_mode": sl.selection_mode,
                 "beta_value": sl.sift_config.beta_value,
+                "criterion": sl.sift_config.criterion,
                 "loss_history_length": sl.sift_config.loss_history_length,
                 "batch_size": sl.batch_size,
                 "rank": sl.ranks.rank,
@@ -143,6 +144,13 @@ def check_loader_state(sl: SiftingParts, state: dict[str, Any]) -> None:
         mine = getattr(sl.sift_config, key)
         if meta[key] != mine:
             raise ValueError(f"checkpoint has {key}={meta[key]!r} but this loader's config has {mine!r}")
+    criterion = meta.get("criterion", "loss")  # states without it ranked the loss
+    if criterion != sl.sift_config.criterion:
+        raise ValueError(
+            f"checkpoint ranked samples by criterion={criterion!r}, this loader's config by "
+            f"{sl.sift_config.criterion!r}: its loss history holds values of the other scale; resume with the "
+            "checkpoint's criterion"
+        )
     saved_batch, batch = meta["batch_size"], sl.batch_size
     if saved_batch is not None and batch is not None and saved_batch != batch:
         raise ValueError(

@@ -19,7 +19,7 @@ independently whatever seeds they are given.
 from neuron_sift.shared.ranks import RankGroup
 from neuron_sift.shared.same_settings import Setting, check_same_settings
 from neuron_sift.shared.sources import batch_settings, sampler_info
-from neuron_sift.sift_config.sift_configs import SELECTION_MODES, RelativeProbabilisticSiftConfig
+from neuron_sift.sift_config.sift_configs import CRITERIA, SELECTION_MODES, RelativeProbabilisticSiftConfig
 
 ADVICE = (
     "Build every rank's SiftingDataloader with the same RelativeProbabilisticSiftConfig (the seed may differ), "
@@ -39,6 +39,7 @@ def emission_settings(
     return [
         Setting("selection_mode", config.selection_mode, SELECTION_MODES),
         Setting("beta_value", config.beta_value),
+        Setting("criterion", config.criterion, CRITERIA),
         Setting("loss_history_length", config.loss_history_length),
         Setting("global_loss_history", config.global_loss_history),
         Setting("sift_delay", base.sift_delay),

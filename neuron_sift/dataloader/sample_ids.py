@@ -32,21 +32,26 @@ _ADVICE = (
 
 
 class RecordingBatchSampler(Sampler[list[int]]):
-    """The user's batch sampler, each batch of indices appended to ``recorded`` as handed out."""
+    """The user's batch sampler, each batch of indices appended to ``recorded`` as handed out.
 
-    def __init__(self, inner: Any, recorded: deque[list[int]]) -> None:
+    Each pass records into a queue of its own (``recorded`` is the newest pass's): a pass
+    abandoned with a prefetching thread still pulling (torch-xla's ``MpDeviceLoader``) keeps
+    appending to its old queue, never to the one the next pass reads."""
+
+    def __init__(self, inner: Any) -> None:
         self.inner = inner
-        self.recorded = recorded
+        self.recorded: deque[list[int]] = deque()
         # Read by the DataLoader and by anyone planning from it, as on the user's own.
         self.batch_size = getattr(inner, "batch_size", None)
         self.drop_last = getattr(inner, "drop_last", False)
         self.sampler = getattr(inner, "sampler", None)
 
     def __iter__(self) -> Iterator[list[int]]:
-        self.recorded.clear()  # a new pass: what an abandoned one prefetched is not coming
+        recorded: deque[list[int]] = deque()  # a new pass: what an abandoned one prefetched is not coming
+        self.recorded = recorded
         for batch in self.inner:
             ids = [int(i) for i in batch]
-            self.recorded.append(ids)
+            recorded.append(ids)
             yield ids
 
     def __len__(self) -> int:
@@ -59,7 +64,7 @@ class SampleIds:
 
     def __init__(self, orig: Any, ids_of: Callable[[Any], Any] | None) -> None:
         self.dataset: Any = None  # the map-style dataset the ids index, when known
-        self._recorded: deque[list[int]] | None = None
+        self._sampler: RecordingBatchSampler | None = None
         self._current: list[int] | None = None
         self._ids_of = ids_of
         if ids_of is not None:
@@ -88,18 +93,18 @@ class SampleIds:
                 "in_order=False may deliver batches out of order: use in_order=True (the default)"
             )
         self.dataset = loader.dataset
-        self._recorded = deque()
-        sampler = RecordingBatchSampler(loader.batch_sampler, self._recorded)
+        self._sampler = RecordingBatchSampler(loader.batch_sampler)
         self.source = with_wrappers(
-            DataLoader(loader.dataset, batch_sampler=sampler, **dataloader_settings(loader)), chain.wrappers
+            DataLoader(loader.dataset, batch_sampler=self._sampler, **dataloader_settings(loader)), chain.wrappers
         )
 
     def advance(self) -> None:
         """The source handed out its next batch (scored or not): take its recorded indices."""
-        if self._recorded is not None:
-            if not self._recorded:
+        if self._sampler is not None:
+            recorded = self._sampler.recorded  # the newest pass's
+            if not recorded:
                 raise RuntimeError("internal error: a source batch arrived before its sampler's indices")
-            self._current = self._recorded.popleft()
+            self._current = recorded.popleft()
 
     def of(self, batch: Any, n: int) -> torch.Tensor:
         """The ``n`` sample ids of ``batch``, the source's current one, as a CPU int64 tensor."""

@@ -141,6 +141,8 @@ class SiftingDataloader:
         self.batch_format_index = batch_format_index
         self.backend = resolve_backend(model_device(self.model), backend)
         table = as_reference_table(reference)
+        if sample_ids is not None and table is None:
+            raise ValueError("sample_ids= gives the ids a reference table is read by: pass reference= too, or drop it")
         self.sample_ids = SampleIds(orig_dataloader, sample_ids) if table is not None else None
         self.source = self.sample_ids.source if self.sample_ids is not None else orig_dataloader  # what passes read
         scorer = (scoring_model, scoring_optimizer, table, self.sample_ids)

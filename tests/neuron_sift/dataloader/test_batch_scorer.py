@@ -308,3 +308,47 @@ def test_ids_stay_paired_through_workers_a_peek_and_a_mid_pass_resume():
     resumed.load_state_dict(state)
     seen += [int(i) for ids, _ in resumed for i in ids]
     assert seen and set(seen) <= keep
+
+
+def test_an_abandoned_pass_still_prefetching_records_into_its_own_queue():
+    """A prefetching thread (torch-xla's MpDeviceLoader) of an abandoned pass may pull from
+    the sampler after the next pass began: its indices must not reach the next pass's queue."""
+    from torch.utils.data import BatchSampler, SequentialSampler
+
+    from neuron_sift.dataloader.sample_ids import RecordingBatchSampler
+
+    sampler = RecordingBatchSampler(BatchSampler(SequentialSampler(range(40)), 4, False))
+    old = iter(sampler)
+    next(old)
+    new = iter(sampler)
+    next(new)
+    next(old)  # the abandoned pass's thread pulls once more
+    assert list(sampler.recorded) == [[0, 1, 2, 3]]  # the new pass's one batch only
+
+
+def test_sample_ids_without_a_reference_are_refused():
+    with pytest.raises(ValueError, match="sample_ids= gives the ids a reference table is read by"):
+        SiftingDataloader(
+            config(),
+            loss_table_loader(torch.rand(64), 16),
+            loss_impl=OracleLoss(),
+            model=tiny_model(),
+            sample_ids=lambda b: b[0],
+        )
+
+
+def test_a_checkpoint_resumes_only_under_the_criterion_it_ranked_by():
+    """The loss history holds values of the checkpoint's criterion: another one's scale would
+    be ranked against it."""
+    losses = torch.rand(128)
+    raw = SiftingDataloader(config(), loss_table_loader(losses, 16), loss_impl=OracleLoss(), model=tiny_model())
+    next(iter(raw))
+    excess = SiftingDataloader(
+        config("excess"),
+        loss_table_loader(losses, 16),
+        loss_impl=OracleLoss(),
+        model=tiny_model(),
+        reference=ReferenceTable.from_losses(torch.rand(128)),
+    )
+    with pytest.raises(ValueError, match="criterion='loss', this loader's config by 'excess'"):
+        excess.load_state_dict(raw.state_dict())
