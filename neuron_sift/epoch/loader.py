@@ -107,9 +107,7 @@ class EpochSiftingDataloader:
         self.ranks = RankGroup(distributed, dev if dev is not None else torch.device("cpu"))
         # The samples the user's sampler can yield, and its order: plans never widen them.
         self.sampling = read_sampling(self._info.dataloader, self.n, self.ranks.world_size)
-        table, self.sift_config = load_reference(
-            reference, self.sift_config, self._info.dataloader.dataset, self.sampling.support
-        )
+        table, self.sift_config = load_reference(reference, self.sift_config)  # checked once the ranks agree
         run = PlanSettings(  # what decides the plans: the same on every rank, before each takes its place in them
             config=self.sift_config,
             n=self.n,
@@ -139,7 +137,7 @@ class EpochSiftingDataloader:
         self.history = EpochHistory(self.planner.m)
         self._sampler = PlannedBatchSampler()
         self._loader = rebuild(orig_dataloader, self._info, self._sampler)
-        ranking = ReferenceScores(table, self.planner) if table is not None else None
+        ranking = None if table is None else ReferenceScores(table, self.planner, self._info.dataloader.dataset)
         self.opener = EpochOpener(self.planner, self.tables, self.shares, self.guard, self.start, self.history, ranking)
         self.progress = EpochProgress(self._loader, self._sampler, self.planner, self.opener, self.pairing)
         self.recorder = LossRecorder(

@@ -37,7 +37,9 @@ def check_planned_counts(planner: EpochPlanner) -> None:
         raise ValueError(_no_batch(shares, m // w, b))
     if not planner.config.has_budget or not planner.sifts():
         return
-    sifted = [e for e in range(planner.num_epochs or 2) if planner.kind(e) == "sift"]
+    # Without num_epochs every epoch after the warm-up is sifted: the first one is enough to read.
+    horizon = planner.num_epochs if planner.num_epochs is not None else max(planner.config.warmup_epochs, 1) + 1
+    sifted = [e for e in range(horizon) if planner.kind(e) == "sift"]
     epoch = min(sifted, key=planner.budget_count)  # the epoch keeping fewest
     share, k = planner.budget_share(epoch), planner.budget_count(epoch)
     setting = _budget_setting(planner)

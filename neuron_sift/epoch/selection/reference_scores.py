@@ -9,7 +9,8 @@ without a forward of its own. Three rules, one per situation:
   ranks minus the reference loss: the static filter, lowest reference losses likeliest kept;
 - once scores exist, it ranks each scored sample's excess, its score minus its reference
   loss; a sample not yet scored is given the median excess of the scored ones (neither
-  forced in nor left out, as an unscored sample without a reference would be forced);
+  forced in nor left out, as an unscored sample without a reference would be forced), the
+  median taken over every rank's scored samples (the merged summary under the sharded table);
 - the start rule does not hold epochs: a reference ranks the samples from the start
   (``without_start_rule``).
 
@@ -52,24 +53,22 @@ def without_start_rule(config: EpochSiftConfig, table: ReferenceTable | None) ->
     return dataclasses.replace(config, start_rank_correlation=None)
 
 
-def load_reference(
-    value: Any, config: EpochSiftConfig, dataset: Any, support: np.ndarray | None
-) -> tuple[ReferenceTable | None, EpochSiftConfig]:
-    """The ``reference`` argument as a table checked against the source's dataset (its size
-    and fingerprint, a loss for every sample the sampler yields), and the config to plan with."""
+def load_reference(value: Any, config: EpochSiftConfig) -> tuple[ReferenceTable | None, EpochSiftConfig]:
+    """The ``reference`` argument as a table, and the config to plan with. Its checks against
+    the dataset come later (``ReferenceScores``): after every rank has agreed on the table's
+    identity, so that ranks holding other tables are refused together, not one alone."""
     table = as_reference_table(value)
-    if table is None:
-        return None, config
-    table.check_dataset(dataset, who="EpochSiftingDataloader")
-    ids = np.arange(table.n, dtype=np.int64) if support is None else support
-    table.lookup(ids)  # raises naming the first id without a loss
     return table, without_start_rule(config, table)
 
 
 class ReferenceScores:
     """Turns the merged scores of a plan's table entries into what the plan ranks."""
 
-    def __init__(self, table: ReferenceTable, planner: Any) -> None:
+    def __init__(self, table: ReferenceTable, planner: Any, dataset: Any) -> None:
+        # The table belongs to the dataset (size, fingerprint) and covers every sample the
+        # sampler yields (lookup names the first id without a loss).
+        table.check_dataset(dataset, who="EpochSiftingDataloader")
+        table.lookup(np.arange(planner.n, dtype=np.int64) if planner.support is None else planner.support)
         self.table = table
         self.planner = planner
         self._losses: torch.Tensor | None = None
@@ -90,8 +89,12 @@ class ReferenceScores:
         scores = scores.detach().cpu().to(torch.float32)
         drawn = ~torch.isnan(reference)
         scored = drawn & ~torch.isnan(scores)
-        if not bool(scored.any()):
+        # Decided over every rank's entries (the sharded table holds a share on each): the same
+        # rule, and the same fill, for every sample whichever rank owns it.
+        count = self.planner.sum_over_ranks(torch.tensor([float(scored.sum())], dtype=torch.float64))
+        if float(count[0]) == 0.0:
             return -reference
-        excess = scores - reference
-        fill = float(excess[scored].median())
+        excess = torch.where(scored, scores - reference, torch.full_like(scores, float("nan")))
+        fill = self.planner.score_quantile(excess, 0.5)
+        assert fill is not None  # some rank holds a scored entry
         return torch.where(drawn & ~scored, reference.new_tensor(fill), excess)

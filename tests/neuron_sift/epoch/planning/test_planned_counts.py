@@ -175,3 +175,15 @@ def test_the_checks_read_the_counts_the_loader_trains():
     check_planned_counts(loader.planner)
     assert [len(ids) for ids in trained_per_epoch(loader, 3)] == [40, 16, 16]
     assert torch.is_tensor(loader.plan.order) and len(loader.plan.order) == 23
+
+
+@pytest.mark.parametrize(
+    "budget", [{"kept_share": 0.5, "warmup_epochs": 2}, {"max_pruned_share": 0.5, "warmup_epochs": 3}]
+)
+def test_a_budget_without_num_epochs_after_a_long_warm_up_is_counted(budget):
+    """Without ``num_epochs`` the first sifted epoch comes after every warm-up epoch: the
+    check reads it there (it once looked only at epochs 0 and 1 and found none)."""
+    data = torch.utils.data.TensorDataset(torch.arange(64))
+    loader = EpochSiftingDataloader({"seed": 0, **budget}, DataLoader(data, batch_size=8))
+    first = budget["warmup_epochs"]
+    assert loader.planner.kind(first) == "sift" and loader.planner.epoch_batches(first) < 8

@@ -61,12 +61,13 @@ def test_later_epochs_rank_the_excess_loss_and_the_start_rule_does_not_hold_them
     assert noisy_share(raw.trained(2)) > 0.6  # raw loss: the noisy half
 
 
-def test_unscored_samples_get_the_median_excess_neither_forced_in_nor_left_out(monkeypatch):
+@pytest.mark.parametrize(("table", "world"), [("replicated", 1), ("sharded", 2)])
+def test_unscored_samples_get_the_median_excess_neither_forced_in_nor_left_out(monkeypatch, table, world):
     """After a sifted epoch 0 half the samples have no score yet: they rank at the scored
-    ones' median excess instead of being forced in (which would take the whole budget)."""
-    run = train(
-        monkeypatch, 1, {"warmup_epochs": 0}, loss=noisy_is_hard, loader_kwargs={"reference": noisy_reference()}
-    )
+    ones' median excess (over every rank's) instead of being forced in (which would take the
+    whole budget)."""
+    cfg = {"warmup_epochs": 0, "score_table": table}
+    run = train(monkeypatch, world, cfg, loss=noisy_is_hard, loader_kwargs={"reference": noisy_reference()})
     first, second = set(run.trained(0)), set(run.trained(1))
     assert run.history[0][1]["kind"] == "sift"
     assert second & first and second - first  # both scored and unscored samples are drawn
