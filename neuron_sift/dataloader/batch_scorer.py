@@ -16,7 +16,6 @@ Rows the backend padded (a short last batch on XLA) get reference 0: they are ma
 by the step whatever they score.
 """
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -54,7 +53,6 @@ class BatchScorer:
         self.scoring_optimizer = scoring_optimizer
         self.reference = reference
         self.ids = ids
-        self.learn_seconds = 0.0
         check_scorer(config, backend, scoring_model, scoring_optimizer, reference)
         if reference is not None and ids is not None and ids.dataset is not None:
             reference.check_dataset(ids.dataset, who="SiftingDataloader")
@@ -92,7 +90,6 @@ class BatchScorer:
         has one): the mean of the loss the scorer ranks with, in train mode."""
         if self.scoring_optimizer is None:
             return
-        start = time.perf_counter()
         model = self.model
         was_training = model.training
         model.train()
@@ -105,7 +102,6 @@ class BatchScorer:
                 self.scoring_optimizer.step()
         finally:
             model.train(was_training)
-        self.learn_seconds += time.perf_counter() - start
 
 
 def check_scorer(

@@ -61,6 +61,7 @@ class PaybackCheck:
             )
         self._yielded_at: float | None = None
         self._scoring_started: float | None = None
+        self._learning_started: float | None = None
         self.report: dict[str, float] | None = None
 
     def _wanted(self, samples: list[float]) -> bool:
@@ -76,11 +77,20 @@ class PaybackCheck:
             self.backend.wait()
             self.scoring.append(time.perf_counter() - self._scoring_started)
             self._scoring_started = None
+            self._maybe_report()
 
-    def learned(self, seconds: float) -> None:
-        """A scoring model's training step on a yielded batch (timed by the scorer)."""
+    def learning_starts(self) -> None:
+        """A scoring model's training step on a yielded batch begins."""
         if self._wanted(self.learning):
-            self.learning.append(seconds)
+            self.backend.wait()
+            self._learning_started = time.perf_counter()
+
+    def learning_ends(self) -> None:
+        if self._learning_started is not None:
+            self.backend.wait()
+            self.learning.append(time.perf_counter() - self._learning_started)
+            self._learning_started = None
+            self._maybe_report()
 
     def yielding(self) -> None:
         """A batch goes to the loop: its step starts now."""
@@ -102,7 +112,7 @@ class PaybackCheck:
         measured past the warm-up, if anything."""
         if self.done:
             return
-        self._scoring_started = self._yielded_at = None
+        self._scoring_started = self._yielded_at = self._learning_started = None
         if len(self.steps) > WARMUP and len(self.scoring) > WARMUP:
             self._report()
         self.done = True

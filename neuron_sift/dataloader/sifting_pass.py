@@ -244,11 +244,11 @@ class SiftingPass:
 
     def _learn(self, batch: SiftingBatch, out_batch: Any) -> None:
         """The scoring model's own step on the batch going to the loop (when it trains one)."""
-        scorer = self.loader.scorer
-        if scorer.scoring_optimizer is not None:
-            before = scorer.learn_seconds
-            self.loader.phases.run("train_scorer", scorer.learn, batch, out_batch)
-            self.loader.payback.learned(scorer.learn_seconds - before)
+        sl = self.loader
+        if sl.scorer.scoring_optimizer is not None:
+            sl.payback.learning_starts()
+            sl.phases.run("train_scorer", sl.scorer.learn, batch, out_batch)
+            sl.payback.learning_ends()
 
     @contextlib.contextmanager
     def _context(self, what: str) -> Iterator[None]:

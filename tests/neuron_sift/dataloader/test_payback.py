@@ -94,3 +94,28 @@ def test_it_measures_only_within_the_first_pass():
     run(loader)
     assert loader.metrics()["payback"] == first
     assert (len(loader.payback.scoring), len(loader.payback.steps)) == measured
+
+
+class SlowModelLoss(SlowLoss):
+    """SlowLoss through the model's weights (zero times them): a scoring model can step on it."""
+
+    def loss(self, model, transformed_batch, original_batch=None):
+        return super().loss(model, transformed_batch, original_batch) + 0.0 * next(model.parameters()).sum()
+
+
+def test_a_trained_scoring_model_counts_its_own_step():
+    n = 16 * 2 * (WARMUP + MEASURED + 4)
+    scorer = tiny_model()
+    loader = SiftingDataloader(
+        config(),
+        loss_table_loader(torch.rand(n), 16),
+        loss_impl=SlowModelLoss(STEP_S),
+        model=tiny_model(),
+        scoring_model=scorer,
+        scoring_optimizer=torch.optim.SGD(scorer.parameters(), lr=0.1),
+    )
+    run(loader)
+    report = loader.metrics()["payback"]
+    # its step calls the same loss (STEP_S) on a kept batch: about one training step
+    assert report is not None and 0.5 < report["learn_share"] < 2.0
+    assert abs(report["cost_per_trained_batch"] - (1 + report["forward_share"] / 0.5 + report["learn_share"])) < 1e-9
